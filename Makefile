@@ -1,0 +1,31 @@
+# Two commands on a fresh machine: `make demo` and `make test` (README quick start).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: setup demo test test-slow test-all clean
+
+# A virtual environment with the pinned dependencies and egad installed editable.
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/egad demo
+
+# The default suite: fits CI (2 cores, well under 30 minutes); slow and GPU tests excluded.
+test: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow and not gpu"
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -q -m "slow"
+
+test-all: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis *.egg-info

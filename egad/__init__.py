@@ -1,0 +1,31 @@
+"""egad: differentiate and compile numerical programs with real control flow.
+
+    import egad
+    import egad.numpy as enp
+
+    def loss(W, xs, h0):
+        h = egad.fori_loop(0, xs.shape[0], lambda t, h: enp.tanh(xs[t] + h @ W), h0)
+        return enp.sum(h * h)
+
+    program = egad.trace(loss, W, xs, h0)   # an egad.Program; print(program) shows its IR
+    egad.interpret(program, W, xs, h0)       # numpy reference semantics
+"""
+from . import nn, numpy
+from .errors import (
+    ArgumentError, BranchMismatchError, EgadError, IndexOutOfRangeError, LoopStateError, NumpyInteropError,
+    ShapeError, TracerConversionError, TracerLeakError, UnsupportedError, VerifyError,
+)
+from .frontend.control import cond, fori_loop, scan, switch, while_loop
+from .frontend.numpy_api import stop_gradient
+from .frontend.tracing import Spec, trace
+from .interp import interpret
+from .ir import Program, TensorType, verify
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "trace", "Program", "Spec", "interpret", "cond", "switch", "fori_loop", "while_loop", "scan",
+    "stop_gradient", "numpy", "nn", "verify", "TensorType", "EgadError", "ArgumentError", "BranchMismatchError",
+    "IndexOutOfRangeError", "LoopStateError", "NumpyInteropError", "ShapeError", "TracerConversionError",
+    "TracerLeakError", "UnsupportedError", "VerifyError",
+]

@@ -1,0 +1,61 @@
+"""User-facing errors. Every error egad raises on bad input is an `EgadError`.
+
+A message says three things (CONVENTIONS 10): what was wrong, where (op, region,
+the user's source line) and what to do instead. Build messages with `message()`
+so they all read the same way.
+"""
+from __future__ import annotations
+
+
+class EgadError(Exception):
+    """Root of all user-facing egad errors."""
+
+
+class TracerConversionError(EgadError, TypeError):
+    """A traced value was used where Python needs a concrete value (`if`, `bool()`, `int()`)."""
+
+
+class TracerLeakError(EgadError):
+    """A traced value escaped the region (loop body, branch) that produced it."""
+
+
+class NumpyInteropError(EgadError, TypeError):
+    """A numpy function was called on a traced value; the egad.numpy function is needed."""
+
+
+class ShapeError(EgadError, ValueError):
+    """An op got operands whose shapes or dtypes it cannot combine."""
+
+
+class LoopStateError(EgadError, TypeError):
+    """A loop body returned state whose structure, shape or dtype differs from its input."""
+
+
+class BranchMismatchError(EgadError, TypeError):
+    """Branches of `cond`/`switch` return outputs that disagree in structure, shape or dtype."""
+
+
+class IndexOutOfRangeError(EgadError, IndexError):
+    """A traced index was out of range when the program ran."""
+
+
+class ArgumentError(EgadError, TypeError):
+    """Wrong number, structure or types of arguments given to a program."""
+
+
+class UnsupportedError(EgadError, NotImplementedError):
+    """A construct egad does not support (yet), with the supported alternative."""
+
+
+class VerifyError(EgadError):
+    """The IR verifier found an ill-formed program (a bug in a transformation, not user input)."""
+
+
+def message(what: str, where: str | None = None, instead: str | None = None) -> str:
+    """Format an error message: what went wrong, where, and what to do instead."""
+    text = what
+    if where:
+        text += f"\n  at {where}"
+    if instead:
+        text += f"\n  instead: {instead}"
+    return text

@@ -1,0 +1,1 @@
+"""The tracing front end: tracers, egad.numpy, control-flow combinators, egad.trace."""

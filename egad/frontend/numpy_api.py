@@ -1,0 +1,690 @@
+"""`egad.numpy`: numpy's names and semantics on traced values (and on numpy values,
+which run eagerly through the same op implementations).
+
+Every function here promotes its operands with numpy 2's rules (Python scalars are
+weak: `float32_array * 2.0` stays float32), inserts the casts the strict IR ops
+need, and records ops through `primitives.apply`.
+"""
+from __future__ import annotations
+
+import builtins
+import math
+
+import numpy as np
+
+from ..errors import IndexOutOfRangeError, ShapeError, UnsupportedError, message
+from ..ir import shapes
+from ..ir.types import canonical_dtype, fresh_symbol, is_float, is_int
+from ..source import user_location
+from .primitives import apply1, cast_to, constant, dtype_of, is_tracer, result_dtype, to_tracer
+
+# numpy's dtype names, so `x.astype(enp.float32)` reads like numpy.
+bool_ = np.bool_
+int32, int64, float32, float64 = np.int32, np.int64, np.float32, np.float64
+pi, e, inf, nan, newaxis = np.pi, np.e, np.inf, np.nan, None
+ndarray = np.ndarray
+
+
+def _dtype_name(dtype) -> str:
+    try:
+        return canonical_dtype(dtype)
+    except (TypeError, ValueError) as error:
+        raise ShapeError(message(f"unsupported dtype {dtype!r}: {error}", where=user_location().long())) from None
+
+
+def _rank(x) -> int:
+    return x.ndim if is_tracer(x) else np.ndim(x)
+
+
+def _shape_of(x) -> tuple:
+    """Static type shape (ints and symbol names)."""
+    return x.type.shape if is_tracer(x) else np.shape(x)
+
+
+def asarray(x, dtype=None):
+    """numpy's asarray: tracers pass through (cast if dtype is given)."""
+    if is_tracer(x):
+        return x if dtype is None else astype(x, dtype)
+    return np.asarray(x, dtype=dtype)
+
+
+array = asarray
+
+
+# --- elementwise ---------------------------------------------------------------------
+
+def _unary_float(op_name: str):
+    def fn(x):
+        dtype, weak = dtype_of(x)
+        if not is_float(dtype):
+            dtype = "float64"  # numpy: exp(int array) is float64
+        return apply1(op_name, [cast_to(x, dtype, weak)], weak=weak)
+
+    fn.__name__ = op_name
+    fn.__doc__ = f"numpy's {op_name}, elementwise."
+    return fn
+
+
+exp = _unary_float("exp")
+expm1 = _unary_float("expm1")
+log = _unary_float("log")
+log1p = _unary_float("log1p")
+tanh = _unary_float("tanh")
+sin = _unary_float("sin")
+cos = _unary_float("cos")
+sqrt = _unary_float("sqrt")
+floor = _unary_float("floor")
+
+
+def _unary_same(op_name: str, numpy_name: str):
+    def fn(x):
+        dtype, weak = dtype_of(x)
+        return apply1(op_name, [to_tracer(x) if is_tracer(x) else np.asarray(x, dtype)], weak=weak)
+
+    fn.__name__ = numpy_name
+    fn.__doc__ = f"numpy's {numpy_name}, elementwise."
+    return fn
+
+
+negative = _unary_same("neg", "negative")
+abs = _unary_same("abs", "abs")
+absolute = abs
+sign = _unary_same("sign", "sign")
+
+
+def logical_not(x):
+    """numpy's logical_not: any dtype, non-zero is true."""
+    return apply1("logical_not", [_as_bool(x)])
+
+
+def invert(x):
+    """`~x`: logical not on bools (ints' bitwise not is not supported)."""
+    if dtype_of(x)[0] != "bool":
+        raise UnsupportedError(message("~ on integers (bitwise not) is not supported", where=user_location().long(),
+                                       instead="use ~ on bool values, or -x - 1"))
+    return logical_not(x)
+
+
+def square(x):
+    """numpy's square: x * x, same dtype."""
+    return multiply(x, x)
+
+
+def _as_bool(x):
+    dtype, _ = dtype_of(x)
+    if dtype == "bool":
+        return x if is_tracer(x) else np.asarray(x, bool)
+    return not_equal(x, 0)
+
+
+def _promoted(a, b):
+    dtype, weak = result_dtype(a, b)
+    return cast_to(a, dtype, weak), cast_to(b, dtype, weak), dtype, weak
+
+
+def _binary(op_name: str, numpy_name: str, *, bool_op: str | None = None, float_only: bool = False,
+            out_weak: bool = True):
+    def fn(a, b):
+        dtype, weak = result_dtype(a, b)
+        if float_only and not is_float(dtype):
+            dtype = "float64"  # numpy: int / int is float64
+        name = op_name
+        if dtype == "bool" and bool_op:
+            name = bool_op  # numpy: bool + bool is logical or, bool * bool logical and
+        elif dtype == "bool" and op_name not in ("eq", "ne", "lt", "le", "gt", "ge", "maximum", "minimum"):
+            raise UnsupportedError(message(f"{numpy_name} of bool operands", where=user_location().long(),
+                                           instead="convert with .astype('int64') first"))
+        elif dtype == "bool":
+            name = {"maximum": "logical_or", "minimum": "logical_and"}.get(op_name, op_name)
+        return apply1(name, [cast_to(a, dtype, weak), cast_to(b, dtype, weak)], weak=weak and out_weak)
+
+    fn.__name__ = numpy_name
+    fn.__doc__ = f"numpy's {numpy_name} with numpy 2 promotion (Python scalars are weak)."
+    return fn
+
+
+add = _binary("add", "add", bool_op="logical_or")
+subtract = _binary("sub", "subtract")
+multiply = _binary("mul", "multiply", bool_op="logical_and")
+true_divide = _binary("div", "true_divide", float_only=True)
+divide = true_divide
+floor_divide = _binary("floordiv", "floor_divide")
+mod = _binary("mod", "mod")
+remainder = mod
+power = _binary("pow", "power")
+maximum = _binary("maximum", "maximum")
+minimum = _binary("minimum", "minimum")
+equal = _binary("eq", "equal", out_weak=False)
+not_equal = _binary("ne", "not_equal", out_weak=False)
+less = _binary("lt", "less", out_weak=False)
+less_equal = _binary("le", "less_equal", out_weak=False)
+greater = _binary("gt", "greater", out_weak=False)
+greater_equal = _binary("ge", "greater_equal", out_weak=False)
+
+
+def _logical(op_name: str):
+    def fn(a, b):
+        return apply1(op_name, [_as_bool(a), _as_bool(b)])
+
+    fn.__name__ = op_name
+    fn.__doc__ = f"numpy's {op_name}: non-zero is true."
+    return fn
+
+
+logical_and = _logical("logical_and")
+logical_or = _logical("logical_or")
+logical_xor = _logical("logical_xor")
+
+
+def _bitwise(name: str, logical):
+    def fn(a, b):
+        if result_dtype(a, b)[0] != "bool":
+            raise UnsupportedError(message(f"{name} on integers is not supported", where=user_location().long(),
+                                           instead="use &, |, ^ on bool values (comparisons)"))
+        return logical(a, b)
+
+    fn.__name__ = name
+    return fn
+
+
+bitwise_and = _bitwise("bitwise_and", logical_and)
+bitwise_or = _bitwise("bitwise_or", logical_or)
+bitwise_xor = _bitwise("bitwise_xor", logical_xor)
+
+
+def where(condition, x, y):
+    """numpy's where(condition, x, y) (the three-argument form)."""
+    x, y, _, weak = _promoted(x, y)
+    return apply1("select", [_as_bool(condition), x, y], weak=weak)
+
+
+def clip(a, a_min=None, a_max=None):
+    """numpy's clip: minimum(maximum(a, a_min), a_max); either bound may be None."""
+    if a_min is not None:
+        a = maximum(a, a_min)
+    if a_max is not None:
+        a = minimum(a, a_max)
+    return a
+
+
+def astype(x, dtype):
+    """numpy's x.astype(dtype)."""
+    return apply1("cast", [to_tracer(x) if is_tracer(x) else np.asarray(x)], {"dtype": _dtype_name(dtype)})
+
+
+def stop_gradient(x):
+    """The value of x, with no gradient flowing back through it (pytrees too)."""
+    from ..pytree import tree_map
+
+    return tree_map(lambda leaf: apply1("stop_gradient", [leaf]) if is_tracer(leaf) else leaf, x)
+
+
+UFUNC_TO_ENP = {
+    "add": add, "subtract": subtract, "multiply": multiply, "true_divide": true_divide, "divide": true_divide,
+    "floor_divide": floor_divide, "remainder": mod, "power": power, "matmul": None, "maximum": maximum,
+    "minimum": minimum, "equal": equal, "not_equal": not_equal, "less": less, "less_equal": less_equal,
+    "greater": greater, "greater_equal": greater_equal, "bitwise_and": bitwise_and, "bitwise_or": bitwise_or,
+    "bitwise_xor": bitwise_xor,
+}
+
+
+# --- linear algebra --------------------------------------------------------------------
+
+def matmul(a, b):
+    """numpy's a @ b (batched; 1-D operands are promoted and the axis dropped)."""
+    a, b, _, weak = _promoted(a, b)
+    return apply1("matmul", [a, b], weak=weak)
+
+
+UFUNC_TO_ENP["matmul"] = matmul
+
+
+def dot(a, b):
+    """numpy's dot for operands of rank <= 2 (scalars multiply)."""
+    if _rank(a) == 0 or _rank(b) == 0:
+        return multiply(a, b)
+    if _rank(a) > 2 or _rank(b) > 2:
+        raise UnsupportedError(message("dot of operands with rank > 2", where=user_location().long(),
+                                       instead="use enp.matmul or enp.einsum"))
+    return matmul(a, b)
+
+
+def einsum(subscripts: str, *operands):
+    """numpy's einsum with explicit or implicit output (no ellipsis)."""
+    dtype, weak = result_dtype(*operands)
+    return apply1("einsum", [cast_to(x, dtype, weak) for x in operands], {"spec": subscripts.replace(" ", "")}, weak)
+
+
+# --- reductions ------------------------------------------------------------------------
+
+def _reduce(op_name: str, x, axis, keepdims: bool, weak: bool = False):
+    axes = shapes.normalize_axes(axis, _rank(x))
+    return apply1(op_name, [x], {"axes": axes, "keepdims": bool(keepdims)}, weak=weak)
+
+
+def sum(a, axis=None, keepdims=False, dtype=None):
+    """numpy's sum (bool and int32 sum to int64, as numpy on 64-bit Linux)."""
+    source, weak = dtype_of(a)
+    target = _dtype_name(dtype) if dtype is not None else ("int64" if source in ("bool", "int32") else source)
+    return _reduce("reduce_sum", cast_to(a, target), axis, keepdims, weak)
+
+
+def mean(a, axis=None, keepdims=False):
+    """numpy's mean (integers average to float64)."""
+    source, weak = dtype_of(a)
+    return _reduce("reduce_mean", cast_to(a, source if is_float(source) else "float64"), axis, keepdims, weak)
+
+
+def var(a, axis=None, keepdims=False):
+    """numpy's var (population variance, ddof=0)."""
+    centered = subtract(a, mean(a, axis=axis, keepdims=True))
+    return mean(multiply(centered, centered), axis=axis, keepdims=keepdims)
+
+
+def std(a, axis=None, keepdims=False):
+    """numpy's std (ddof=0)."""
+    return sqrt(var(a, axis=axis, keepdims=keepdims))
+
+
+def max(a, axis=None, keepdims=False):
+    """numpy's max (amax)."""
+    if dtype_of(a)[0] == "bool":
+        return any(a, axis, keepdims)
+    return _reduce("reduce_max", a, axis, keepdims, dtype_of(a)[1])
+
+
+def min(a, axis=None, keepdims=False):
+    """numpy's min (amin)."""
+    if dtype_of(a)[0] == "bool":
+        return all(a, axis, keepdims)
+    return _reduce("reduce_min", a, axis, keepdims, dtype_of(a)[1])
+
+
+amax, amin = max, min
+
+
+def any(a, axis=None, keepdims=False):
+    """numpy's any: is any element non-zero."""
+    return _reduce("reduce_any", _as_bool(a), axis, keepdims)
+
+
+def all(a, axis=None, keepdims=False):
+    """numpy's all: are all elements non-zero."""
+    return _reduce("reduce_all", _as_bool(a), axis, keepdims)
+
+
+def argmax(a, axis=None):
+    """numpy's argmax: the first index of the maximum (flattened when axis is None)."""
+    if axis is None:
+        a, axis = reshape(a, (-1,)), 0
+    if dtype_of(a)[0] == "bool":
+        a = astype(a, "int64")
+    return apply1("argmax", [a], {"axis": shapes.normalize_axis(axis, _rank(a))})
+
+
+# --- shapes ----------------------------------------------------------------------------
+
+def dim_size(x, axis: int):
+    """Size of one axis: a Python int when static, else a traced int64 scalar that
+    remembers its symbol (so `enp.zeros((xs.shape[0], 3))` keeps the dim symbolic)."""
+    dim = x.type.shape[axis]
+    if isinstance(dim, int):
+        return dim
+    if axis not in x._dim_cache:
+        from .tracer import Tracer
+
+        size = apply1("dim", [x], {"axis": axis}, weak=True)
+        x._dim_cache[axis] = Tracer(size._builder, size._var, symbol=dim)
+    return x._dim_cache[axis]
+
+
+def shape(x) -> tuple:
+    """numpy's shape: static dims are ints, symbolic dims traced int scalars."""
+    return x.shape if is_tracer(x) else np.shape(x)
+
+
+def ndim(x) -> int:
+    return _rank(x)
+
+
+def size(x):
+    """Number of elements (traced when a dim is symbolic)."""
+    total = 1
+    for dim in shape(x):
+        total = total * dim
+    return total
+
+
+def _split_dims(dims) -> tuple[tuple, list]:
+    """A requested shape as (type dims, run-time size inputs for the symbolic ones)."""
+    type_dims, sizes = [], []
+    for dim in dims:
+        if is_tracer(dim):
+            if dim.ndim != 0 or not is_int(dim.type.dtype):
+                raise ShapeError(message(f"a shape entry must be an int, got a traced {dim.type}",
+                                         where=user_location().long()))
+            type_dims.append(dim._symbol or fresh_symbol("d"))
+            sizes.append(cast_to(dim, "int64"))
+        else:
+            if isinstance(dim, (bool, float)) or int(dim) != dim:
+                raise ShapeError(message(f"shape entries must be ints, got {dim!r}", where=user_location().long()))
+            type_dims.append(int(dim))
+    return tuple(type_dims), sizes
+
+
+def _normalize_shape_arg(new_shape) -> tuple:
+    if isinstance(new_shape, (list, tuple)):
+        return tuple(new_shape)
+    return (new_shape,)
+
+
+def reshape(a, newshape):
+    """numpy's reshape (C order); one -1 is inferred."""
+    dims = list(_normalize_shape_arg(newshape))
+    if builtins.any(not is_tracer(d) and d == -1 for d in dims):
+        if dims.count(-1) > 1:
+            raise ShapeError(message("reshape can infer only one -1 dim", where=user_location().long()))
+        position = dims.index(-1)
+        others = size_of_dims([d for i, d in enumerate(dims) if i != position])
+        total = size(a)
+        if isinstance(total, int) and isinstance(others, int):
+            if others == 0 or total % others:
+                raise ShapeError(message(f"cannot reshape {_shape_of(a)} to {tuple(newshape)}",
+                                         where=user_location().long()))
+            dims[position] = total // others
+        else:
+            dims[position] = floor_divide(total, others)
+    type_dims, sizes = _split_dims(dims)
+    if type_dims == tuple(_shape_of(a)):
+        return a
+    return apply1("reshape", [a, *sizes], {"shape": type_dims}, weak=dtype_of(a)[1])
+
+
+def size_of_dims(dims):
+    total = 1
+    for d in dims:
+        total = total * d
+    return total
+
+
+def _reshape_to_dims(a, dims: list):
+    """Reshape to dims taken from `a`'s own axes (ints or its traced sizes)."""
+    type_dims, sizes = _split_dims(dims)
+    if type_dims == tuple(_shape_of(a)):
+        return a
+    return apply1("reshape", [a, *sizes], {"shape": type_dims}, weak=dtype_of(a)[1])
+
+
+def transpose(a, axes=None):
+    """numpy's transpose (reversed axes by default)."""
+    rank = _rank(a)
+    perm = tuple(reversed(range(rank))) if axes is None else tuple(shapes.normalize_axis(x, rank) for x in axes)
+    if perm == tuple(range(rank)):
+        return a
+    return apply1("transpose", [a], {"perm": perm}, weak=dtype_of(a)[1])
+
+
+def swapaxes(a, axis1, axis2):
+    perm = list(range(_rank(a)))
+    perm[axis1], perm[axis2] = perm[axis2], perm[axis1]
+    return transpose(a, perm)
+
+
+def expand_dims(a, axis):
+    """numpy's expand_dims (axis may be a tuple)."""
+    axes = axis if isinstance(axis, (tuple, list)) else (axis,)
+    rank = _rank(a) + len(axes)
+    positions = {shapes.normalize_axis(x, rank) for x in axes}
+    dims = list(shape(a))
+    out = []
+    for position in range(rank):
+        out.append(1 if position in positions else dims.pop(0))
+    return _reshape_to_dims(a, out)
+
+
+def squeeze(a, axis=None):
+    """numpy's squeeze: drop size-1 axes (all of them, or those in `axis`)."""
+    type_shape = _shape_of(a)
+    if axis is None:
+        axes = {i for i, d in enumerate(type_shape) if d == 1}
+    else:
+        axes = set(shapes.normalize_axes(axis, _rank(a)))
+        for i in axes:
+            if type_shape[i] != 1:
+                raise ShapeError(message(f"cannot squeeze axis {i} of size {type_shape[i]}",
+                                         where=user_location().long()))
+    return _reshape_to_dims(a, [d for i, d in enumerate(shape(a)) if i not in axes])
+
+
+def broadcast_to(a, new_shape):
+    """numpy's broadcast_to."""
+    type_dims, sizes = _split_dims(_normalize_shape_arg(new_shape))
+    if type_dims == tuple(_shape_of(a)):
+        return a
+    return apply1("broadcast_to", [a, *sizes], {"shape": type_dims}, weak=dtype_of(a)[1])
+
+
+def concatenate(arrays, axis=0):
+    """numpy's concatenate."""
+    arrays = list(arrays)
+    dtype, weak = result_dtype(*arrays)
+    axis = shapes.normalize_axis(axis, _rank(arrays[0]))
+    return apply1("concat", [cast_to(x, dtype, weak) for x in arrays], {"axis": axis}, weak)
+
+
+def stack(arrays, axis=0):
+    """numpy's stack: join along a new axis."""
+    arrays = list(arrays)
+    axis = shapes.normalize_axis(axis, _rank(arrays[0]) + 1)
+    return concatenate([expand_dims(x, axis) for x in arrays], axis=axis)
+
+
+def take(a, indices, axis=None):
+    """numpy's take (flattened when axis is None); negative indices wrap."""
+    if axis is None:
+        a, axis = reshape(a, (-1,)), 0
+    axis = shapes.normalize_axis(axis, _rank(a))
+    if not is_tracer(indices):
+        indices = np.asarray(indices)
+        if not is_int(canonical_dtype(indices.dtype)):
+            raise ShapeError(message(f"take needs integer indices, got {indices.dtype}", where=user_location().long()))
+        indices = indices.astype("int64")
+    return apply1("take", [a, indices], {"axis": axis}, weak=dtype_of(a)[1])
+
+
+# --- creation --------------------------------------------------------------------------
+
+def _fill(shape_arg, value, dtype):
+    type_dims, sizes = _split_dims(_normalize_shape_arg(shape_arg))
+    if not sizes:
+        return np.full(type_dims, value, dtype)
+    return apply1("full", sizes, {"shape": type_dims, "value": value, "dtype": dtype})
+
+
+def zeros(shape, dtype=float):
+    """numpy's zeros (float64 by default)."""
+    return _fill(shape, 0, _dtype_name(dtype))
+
+
+def ones(shape, dtype=float):
+    """numpy's ones (float64 by default)."""
+    return _fill(shape, 1, _dtype_name(dtype))
+
+
+def full(shape, fill_value, dtype=None):
+    """numpy's full; a traced fill value is broadcast."""
+    if is_tracer(fill_value):
+        value = fill_value if dtype is None else astype(fill_value, dtype)
+        return broadcast_to(value, shape)
+    dtype = _dtype_name(dtype if dtype is not None else np.asarray(fill_value).dtype)
+    return _fill(shape, fill_value, dtype)
+
+
+def zeros_like(a, dtype=None):
+    return _fill(shape(a), 0, _dtype_name(dtype) if dtype is not None else dtype_of(a)[0])
+
+
+def ones_like(a, dtype=None):
+    return _fill(shape(a), 1, _dtype_name(dtype) if dtype is not None else dtype_of(a)[0])
+
+
+def full_like(a, fill_value, dtype=None):
+    return full(shape(a), fill_value, dtype if dtype is not None else dtype_of(a)[0])
+
+
+def arange(start, stop=None, step=1, dtype=None):
+    """numpy's arange; a traced stop (or start) gives a symbolic length."""
+    if stop is None:
+        start, stop = 0, start
+    if not builtins.any(is_tracer(v) for v in (start, stop, step)):
+        return np.arange(start, stop, step, dtype=dtype)
+    if is_tracer(step) or step != 1:
+        raise UnsupportedError(message("arange with a traced bound needs step=1", where=user_location().long(),
+                                       instead="compute enp.arange(n) * step + start"))
+    length = maximum(subtract(stop, start), 0)
+    out_dtype = _dtype_name(dtype) if dtype is not None else result_dtype(start, stop)[0]
+    type_dims, sizes = _split_dims([length if is_tracer(length) else int(length)])
+    counter = apply1("iota", sizes, {"shape": type_dims, "axis": 0, "dtype": out_dtype}) if sizes else \
+        np.arange(int(length), dtype=out_dtype)
+    return add(counter, cast_to(start, out_dtype)) if (is_tracer(start) or start != 0) else counter
+
+
+# --- indexing --------------------------------------------------------------------------
+
+def getitem(x, index):
+    """numpy basic indexing with static ints/slices/None/..., plus traced integer
+    indices (scalars or arrays; one array index at most)."""
+    if not isinstance(index, tuple):
+        index = (index,)
+    rank = _rank(x)
+    consumed = builtins.sum(1 for i in index if i is not None and i is not Ellipsis)
+    if builtins.sum(1 for i in index if i is Ellipsis) > 1:
+        raise ShapeError(message("an index can hold only one Ellipsis", where=user_location().long()))
+    if consumed > rank:
+        raise IndexOutOfRangeError(message(f"too many indices ({consumed}) for an array of rank {rank}",
+                                           where=user_location().long()))
+    expanded = []
+    for entry in index:
+        if entry is Ellipsis:
+            expanded.extend([slice(None)] * (rank - consumed))
+        else:
+            expanded.append(entry)
+    expanded.extend([slice(None)] * (rank - builtins.sum(1 for i in expanded if i is not None)))
+
+    # 1. Static slices, all in one `slice` op.
+    type_shape = _shape_of(x)
+    slices, axis = [], 0
+    for entry in expanded:
+        if entry is None:
+            continue
+        if isinstance(entry, slice):
+            for bound in (entry.start, entry.stop, entry.step):
+                if is_tracer(bound):
+                    raise UnsupportedError(message(
+                        "slicing with traced bounds gives a data-dependent shape", where=user_location().long(),
+                        instead="index a single row with a traced int (x[i]), or use enp.take"))
+            if entry.step == 0:
+                raise ShapeError(message("slice step cannot be zero", where=user_location().long()))
+            slices.append((entry.start, entry.stop, entry.step))
+        else:
+            slices.append((None, None, None))
+        axis += 1
+    if builtins.any(s != (None, None, None) for s in slices):
+        x = apply1("slice", [x], {"index": tuple(slices)}, weak=dtype_of(x)[1])
+
+    # 2. Integer indices (static, traced, arrays) as takes, last axis first so the
+    #    positions of earlier axes stay valid.
+    positions, axis = [], 0
+    for entry in expanded:
+        if entry is None:
+            continue
+        if not isinstance(entry, slice):
+            positions.append((axis, entry))
+        axis += 1
+    array_indices = [e for _, e in positions if _rank(e) > 0 if not isinstance(e, (int, np.integer))]
+    if len(array_indices) > 1:
+        raise UnsupportedError(message("more than one array index in one subscript", where=user_location().long(),
+                                       instead="index one axis at a time, or use enp.take"))
+    for axis, entry in reversed(positions):
+        x = _take_index(x, entry, axis, type_shape)
+
+    # 3. None entries insert new axes.
+    if builtins.any(entry is None for entry in expanded):
+        dims, out, position = list(shape(x)), [], 0
+        for entry in expanded:
+            if entry is None:
+                out.append(1)
+            elif isinstance(entry, slice):
+                out.append(dims[position])
+                position += 1
+            elif _rank(entry) > 0:
+                out.extend(dims[position:position + _rank(entry)])
+                position += _rank(entry)
+        out.extend(dims[position:])
+        x = _reshape_to_dims(x, out)
+    return x
+
+
+def _take_index(x, entry, axis: int, original_shape):
+    if isinstance(entry, (bool, np.bool_)) or (not is_tracer(entry) and np.asarray(entry).dtype == bool) or \
+            (is_tracer(entry) and entry.type.dtype == "bool"):
+        raise UnsupportedError(message("boolean mask indexing gives a data-dependent shape",
+                                       where=user_location().long(), instead="use enp.where(mask, x, 0)"))
+    if isinstance(entry, (int, np.integer)):
+        size_here = _shape_of(x)[axis]
+        if isinstance(size_here, int) and not -size_here <= int(entry) < size_here:
+            raise IndexOutOfRangeError(message(f"index {int(entry)} is out of range for axis {axis} of size {size_here}",
+                                               where=user_location().long()))
+        entry = np.asarray(entry, "int64")
+    elif is_tracer(entry):
+        if not is_int(entry.type.dtype):
+            raise ShapeError(message(f"indices must be integers, got a traced {entry.type}",
+                                     where=user_location().long(), instead="convert with .astype('int64')"))
+    else:
+        entry = np.asarray(entry)
+        if not is_int(canonical_dtype(entry.dtype)):
+            raise ShapeError(message(f"indices must be integers, got {entry.dtype}", where=user_location().long()))
+    return apply1("take", [x, entry], {"axis": axis}, weak=dtype_of(x)[1])
+
+
+class _IndexUpdateHelper:
+    """`x.at[i].set(v)` / `x.at[i].add(v)`: functional row updates, as in JAX."""
+
+    def __init__(self, x):
+        self.x = x
+
+    def __getitem__(self, index):
+        return _IndexUpdate(self.x, index)
+
+
+class _IndexUpdate:
+    def __init__(self, x, index):
+        self.x, self.index = x, index
+
+    def _row(self, value, op: str):
+        x, index = self.x, self.index
+        if isinstance(index, (tuple, slice)) or index is None:
+            raise UnsupportedError(message(f".at[...].{op} supports one integer index on axis 0",
+                                           where=user_location().long()))
+        if not is_tracer(index):
+            index = np.asarray(index, "int64")
+        if op == "set" and _rank(index) != 0:
+            raise UnsupportedError(message(".at[indices].set with an index array", where=user_location().long(),
+                                           instead="set rows one at a time"))
+        rows = list(shape(index)) + list(shape(x))[1:]
+        value = broadcast_to(cast_to(value, dtype_of(x)[0]), rows)
+        if op == "set":
+            return apply1("update", [x, cast_to(index, "int64"), value])
+        return apply1("index_add", [x, cast_to(index, "int64"), value], {"axis": 0})
+
+    def set(self, value):
+        return self._row(value, "set")
+
+    def add(self, value):
+        return self._row(value, "add")
+
+
+__all__ = [name for name in dir() if not name.startswith("_") and name not in {
+    "annotations", "builtins", "math", "np", "shapes", "message", "user_location", "apply1", "cast_to", "constant",
+    "dtype_of", "is_tracer", "result_dtype", "to_tracer", "canonical_dtype", "fresh_symbol", "is_float", "is_int",
+    "IndexOutOfRangeError", "ShapeError", "UnsupportedError", "dim_size", "getitem", "size_of_dims", "UFUNC_TO_ENP"}]

@@ -1,0 +1,131 @@
+"""`egad.trace`: run a Python function on tracers and record a `Program`."""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import re
+
+import numpy as np
+
+from ..errors import ArgumentError, EgadError, message
+from ..ir.program import ArgSignature, Program, Region
+from ..ir.types import Dim, TensorType, canonical_dtype
+from ..ir.verify import verify
+from ..pytree import flatten, leaf_paths, unflatten
+from ..source import SourceLoc, user_location
+from . import context
+from .primitives import to_tracer
+from .tracer import Tracer
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    """An argument described by shape and dtype only; a str dim is symbolic.
+
+    Example: `egad.Spec(("T", 32, 256), "float32")` traces for any sequence length T."""
+
+    shape: tuple[Dim, ...]
+    dtype: str = "float32"
+
+    def __post_init__(self):
+        object.__setattr__(self, "shape", tuple(self.shape))
+        object.__setattr__(self, "dtype", canonical_dtype(self.dtype))
+
+    @property
+    def type(self) -> TensorType:
+        return TensorType(self.shape, self.dtype)
+
+
+def leaf_type(leaf, where: str) -> TensorType:
+    """The param type of one argument leaf; Python scalars are weakly typed."""
+    if isinstance(leaf, Spec):
+        return leaf.type
+    if isinstance(leaf, bool):
+        return TensorType((), "bool", weak=True)
+    if isinstance(leaf, int):
+        return TensorType((), "int64", weak=True)
+    if isinstance(leaf, float):
+        return TensorType((), "float64", weak=True)
+    if isinstance(leaf, Tracer):
+        raise ArgumentError(message(f"{where} is a traced value from another trace", where=user_location().long(),
+                                    instead="pass numpy arrays, Python scalars or egad.Spec"))
+    try:
+        array = np.asarray(leaf)
+        return TensorType(array.shape, canonical_dtype(array.dtype))
+    except (TypeError, ValueError) as error:
+        raise ArgumentError(message(
+            f"{where} of type {type(leaf).__name__} cannot be traced ({error})", where=user_location().long(),
+            instead="pass numpy arrays, Python scalars, egad.Spec, or pytrees (tuple/list/dict) of them; "
+                    "mark other Python values static with static_argnums")) from None
+
+
+def _param_names(fn, count: int) -> list[str]:
+    try:
+        names = [p.name for p in inspect.signature(fn).parameters.values()
+                 if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        names = []
+    return [names[k] if k < len(names) else f"arg{k}" for k in range(count)]
+
+
+def _hint(path: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.]", "", path.replace("][", ".").replace("[", ".").replace("]", "")).strip(".")
+
+
+def normalize_static_argnums(static_argnums, count: int) -> frozenset[int]:
+    if isinstance(static_argnums, int):
+        static_argnums = (static_argnums,)
+    result = set()
+    for k in static_argnums:
+        if not -count <= k < count:
+            raise ArgumentError(message(f"static_argnums entry {k} is out of range for {count} arguments",
+                                        where=user_location().long()))
+        result.add(k % count)
+    return frozenset(result)
+
+
+def trace(fn, *args, static_argnums=()) -> Program:
+    """Trace `fn(*args)` into a Program. Every positional argument is traced (arrays,
+    scalars, egad.Spec, pytrees of them) except those in `static_argnums`, which are
+    baked in as Python values.
+
+    Example: `prog = egad.trace(loss, W, U, xs, h0); print(prog)`"""
+    if not callable(fn):
+        raise ArgumentError(message(f"egad.trace needs a function, got {type(fn).__name__}",
+                                    where=user_location().long()))
+    static = normalize_static_argnums(static_argnums, len(args))
+    names = _param_names(fn, len(args))
+    location = _function_location(fn)
+    with context.open_region("program", top_level=True) as builder:
+        call_args, trees, static_values = [], [], []
+        for k, arg in enumerate(args):
+            if k in static:
+                call_args.append(arg)
+                trees.append(None)
+                static_values.append(arg)
+                continue
+            leaves, tree = flatten(arg)
+            tracers = []
+            for path, leaf in zip(leaf_paths(tree, names[k]), leaves):
+                var = builder.add_param(leaf_type(leaf, f"argument {k} ({path})"), _hint(path))
+                tracers.append(Tracer(builder, var))
+            call_args.append(unflatten(tree, tracers))
+            trees.append(tree)
+            static_values.append(None)
+        out = fn(*call_args)
+        out_leaves, out_tree = flatten(out)
+        try:
+            results = [builder.resolve(to_tracer(leaf)) for leaf in out_leaves]
+        except EgadError as error:
+            raise EgadError(message(f"the traced function's output: {error}", where=location)) from None
+    region = Region(tuple(builder.params), builder.bindings, tuple(results), "program")
+    program = Program(region, ArgSignature(tuple(trees), tuple(static_values)), out_tree,
+                      name=getattr(fn, "__name__", "program"), loc=location)
+    return verify(program)
+
+
+def _function_location(fn) -> SourceLoc:
+    code = getattr(inspect.unwrap(fn), "__code__", None)
+    if code is None:
+        return user_location()
+    return SourceLoc(code.co_filename, code.co_firstlineno, code.co_name)

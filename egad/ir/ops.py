@@ -1,0 +1,598 @@
+"""The closed op table: every op egad knows, declared once (CONVENTIONS 1-2).
+
+Each entry gathers, in the same order every time: the numpy implementation (the
+semantic oracle), the shape/dtype rule, and the pretty form. VJPs and costs are
+added beside each op by the AD and e-graph layers (`OpDef.vjp`, `OpDef.cost`).
+
+IR ops are strict where numpy is lenient: binary ops take operands of one dtype
+(the front end inserts `cast` after numpy's promotion rules), float-only ops take
+floats. Symbolic output dims come from attributes, and the run-time sizes of those
+dims come in as int64 scalar inputs (`full`, `iota`, `reshape`, `broadcast_to`),
+so nothing needs a symbol table to run.
+"""
+from __future__ import annotations
+
+import dataclasses
+import string
+from typing import Any, Callable
+
+import numpy as np
+
+from ..errors import ShapeError, UnsupportedError
+from . import shapes
+from .types import TensorType, is_float, is_int
+
+ImplFn = Callable[[list, dict], tuple]
+ShapeRule = Callable[[list[TensorType], dict], list[TensorType]]
+PrettyFn = Callable[[list[str], dict], str]
+
+
+@dataclasses.dataclass
+class OpDef:
+    name: str
+    doc: str  # one line: what the op computes
+    family: str  # elementwise | reduction | linalg | shape | index | creation | nn | control | misc
+    impl: ImplFn | None  # numpy semantics; None for control ops (the interpreter runs regions)
+    shape_rule: ShapeRule | None  # input types + attrs -> output types; raises ShapeError (None: control)
+    num_inputs: int | None = None  # None: variadic
+    pretty: PrettyFn | None = None
+    differentiable: bool = True  # integer/bool-valued ops (argmax, compare) carry no gradient
+    vjp: Callable | None = None  # filled in by egad.ad
+    cost: Callable | None = None  # filled in by the e-graph layer
+
+
+OPS: dict[str, OpDef] = {}
+
+
+def define(op: OpDef) -> OpDef:
+    assert op.name not in OPS, f"op {op.name} defined twice"
+    OPS[op.name] = op
+    return op
+
+
+def get(name: str) -> OpDef:
+    try:
+        return OPS[name]
+    except KeyError:
+        raise UnsupportedError(f"unknown op {name!r}") from None
+
+
+def _format_attr(value) -> str:
+    if isinstance(value, np.ndarray):
+        return np.array2string(value, threshold=6, precision=4, separator=",").replace("\n", "")
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def default_pretty(name: str) -> PrettyFn:
+    def pretty(args: list[str], attrs: dict) -> str:
+        parts = list(args) + [f"{k}={_format_attr(v)}" for k, v in attrs.items()]
+        return f"{name}({', '.join(parts)})"
+
+    return pretty
+
+
+def _one(fn):
+    """Wrap a single-output numpy function as an impl returning a 1-tuple."""
+    return lambda inputs, attrs: (np.asarray(fn(*inputs, **attrs)),)
+
+
+def _require(condition: bool, text: str):
+    if not condition:
+        raise ShapeError(text)
+
+
+# --- elementwise -------------------------------------------------------------------
+
+def _unary_rule(kinds: str, name: str) -> ShapeRule:
+    def rule(types, attrs):
+        (x,) = types
+        allowed = {"float": is_float(x.dtype), "num": x.dtype != "bool", "bool": x.dtype == "bool"}[kinds]
+        _require(allowed, f"{name} needs a {kinds} operand, got {x}")
+        return [TensorType(x.shape, x.dtype)]
+
+    return rule
+
+
+def _unary(name: str, fn, kinds: str, doc: str, symbol: str | None = None):
+    pretty = (lambda a, _: f"{symbol}{a[0]}") if symbol else None
+    define(OpDef(name, doc, "elementwise", _one(fn), _unary_rule(kinds, name), 1, pretty))
+
+
+_unary("neg", np.negative, "num", "-x", symbol="-")
+_unary("abs", np.abs, "num", "|x|")
+_unary("sign", np.sign, "num", "-1, 0 or 1 by the sign of x")
+_unary("exp", np.exp, "float", "e^x")
+_unary("expm1", np.expm1, "float", "e^x - 1, accurate near 0")
+_unary("log", np.log, "float", "natural logarithm")
+_unary("log1p", np.log1p, "float", "log(1 + x), accurate near 0")
+_unary("tanh", np.tanh, "float", "hyperbolic tangent")
+_unary("sin", np.sin, "float", "sine")
+_unary("cos", np.cos, "float", "cosine")
+_unary("sqrt", np.sqrt, "float", "square root")
+_unary("floor", np.floor, "float", "round down")
+_unary("sigmoid", lambda x: 0.5 * np.tanh(0.5 * x) + 0.5, "float", "1 / (1 + e^-x), computed stably via tanh")
+_unary("logical_not", np.logical_not, "bool", "not x", symbol="!")
+
+
+def _binary_rule(kinds: str, name: str, out_dtype: str | None = None) -> ShapeRule:
+    def rule(types, attrs):
+        a, b = types
+        _require(a.dtype == b.dtype, f"{name} needs operands of one dtype, got {a} and {b}")
+        allowed = {"float": is_float(a.dtype), "num": a.dtype != "bool", "bool": a.dtype == "bool", "any": True}[kinds]
+        _require(allowed, f"{name} needs {kinds} operands, got {a} and {b}")
+        return [TensorType(shapes.broadcast_shapes(a.shape, b.shape), out_dtype or a.dtype)]
+
+    return rule
+
+
+def _binary(name: str, fn, kinds: str, doc: str, symbol: str | None = None, out_dtype: str | None = None):
+    pretty = (lambda a, _: f"{a[0]} {symbol} {a[1]}") if symbol else None
+    define(OpDef(name, doc, "elementwise", _one(fn), _binary_rule(kinds, name, out_dtype), 2, pretty,
+                 differentiable=out_dtype != "bool"))
+
+
+_binary("add", np.add, "num", "a + b", "+")
+_binary("sub", np.subtract, "num", "a - b", "-")
+_binary("mul", np.multiply, "num", "a * b", "*")
+_binary("div", np.true_divide, "float", "a / b", "/")
+_binary("floordiv", np.floor_divide, "num", "floor(a / b), numpy's //", "//")
+_binary("mod", np.mod, "num", "a - b * floor(a / b), numpy's %", "%")
+_binary("pow", np.power, "num", "a ** b", "**")
+_binary("maximum", np.maximum, "num", "elementwise max")
+_binary("minimum", np.minimum, "num", "elementwise min")
+_binary("logical_and", np.logical_and, "bool", "a and b", "&")
+_binary("logical_or", np.logical_or, "bool", "a or b", "|")
+_binary("logical_xor", np.logical_xor, "bool", "a xor b", "^")
+_binary("eq", np.equal, "any", "a == b", "==", out_dtype="bool")
+_binary("ne", np.not_equal, "any", "a != b", "!=", out_dtype="bool")
+_binary("lt", np.less, "any", "a < b", "<", out_dtype="bool")
+_binary("le", np.less_equal, "any", "a <= b", "<=", out_dtype="bool")
+_binary("gt", np.greater, "any", "a > b", ">", out_dtype="bool")
+_binary("ge", np.greater_equal, "any", "a >= b", ">=", out_dtype="bool")
+
+
+def _select_rule(types, attrs):
+    pred, a, b = types
+    _require(pred.dtype == "bool", f"select needs a bool predicate, got {pred}")
+    _require(a.dtype == b.dtype, f"select needs branches of one dtype, got {a} and {b}")
+    return [TensorType(shapes.broadcast_shapes(pred.shape, a.shape, b.shape), a.dtype)]
+
+
+# where(pred, a, b): numpy's where; the gradient flows to the chosen side only.
+define(OpDef("select", "pred ? a : b elementwise", "elementwise", _one(np.where), _select_rule, 3))
+
+
+def _cast_rule(types, attrs):
+    return [TensorType(types[0].shape, attrs["dtype"])]
+
+
+# cast: numpy's astype (float -> int truncates toward zero).
+define(OpDef("cast", "convert to attrs.dtype", "elementwise",
+             lambda inputs, attrs: (np.asarray(inputs[0]).astype(attrs["dtype"]),), _cast_rule, 1))
+
+
+def _identity_rule(types, attrs):
+    return [TensorType(types[0].shape, types[0].dtype)]
+
+
+# stop_gradient: the value of x; its adjoint is zero by definition, not by omission.
+define(OpDef("stop_gradient", "x, with no gradient flowing back", "misc",
+             lambda inputs, attrs: (inputs[0],), _identity_rule, 1))
+
+
+# --- linear algebra ----------------------------------------------------------------
+
+def _matmul_rule(types, attrs):
+    a, b = types
+    _require(a.dtype == b.dtype and a.dtype != "bool", f"matmul needs numeric operands of one dtype, got {a} and {b}")
+    _require(a.ndim >= 1 and b.ndim >= 1, f"matmul needs operands of rank >= 1, got {a} and {b}")
+    a_shape = (1,) + a.shape if a.ndim == 1 else a.shape
+    b_shape = b.shape + (1,) if b.ndim == 1 else b.shape
+    _require(a_shape[-1] == b_shape[-2],
+             f"matmul contraction mismatch: {a} @ {b} ({a_shape[-1]} vs {b_shape[-2]})")
+    batch = shapes.broadcast_shapes(a_shape[:-2], b_shape[:-2])
+    out = batch + (a_shape[-2],) * (a.ndim > 1) + (b_shape[-1],) * (b.ndim > 1)
+    return [TensorType(out, a.dtype)]
+
+
+define(OpDef("matmul", "numpy's a @ b (batched, 1-D operands promoted)", "linalg",
+             _one(np.matmul), _matmul_rule, 2, lambda a, _: f"{a[0]} @ {a[1]}"))
+
+
+def parse_einsum(spec: str, ranks: list[int]) -> tuple[list[str], str]:
+    """Input and output subscripts of an einsum spec, with numpy's implicit output."""
+    spec = spec.replace(" ", "")
+    _require("." not in spec, f"einsum spec {spec!r}: ellipsis is not supported; write the axes out")
+    inputs, arrow, output = spec.partition("->")
+    terms = inputs.split(",")
+    _require(len(terms) == len(ranks), f"einsum spec {spec!r} names {len(terms)} operands, got {len(ranks)}")
+    for term, rank in zip(terms, ranks):
+        _require(len(term) == rank and all(c in string.ascii_letters for c in term),
+                 f"einsum spec {spec!r}: term {term!r} does not match an operand of rank {rank}")
+    if not arrow:
+        letters = "".join(terms)
+        output = "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
+    return terms, output
+
+
+def _einsum_rule(types, attrs):
+    terms, output = parse_einsum(attrs["spec"], [t.ndim for t in types])
+    _require(len({t.dtype for t in types}) == 1 and types[0].dtype != "bool",
+             f"einsum needs numeric operands of one dtype, got {', '.join(map(str, types))}")
+    sizes: dict[str, Any] = {}
+    for term, t in zip(terms, types):
+        for letter, dim in zip(term, t.shape):
+            known = sizes.setdefault(letter, dim)
+            if known != dim:
+                if known == 1:
+                    sizes[letter] = dim
+                else:
+                    _require(dim == 1, f"einsum {attrs['spec']!r}: axis {letter!r} has sizes {known} and {dim}")
+    for letter in output:
+        _require(letter in sizes, f"einsum {attrs['spec']!r}: output axis {letter!r} is not in any input")
+    return [TensorType(tuple(sizes[c] for c in output), types[0].dtype)]
+
+
+define(OpDef("einsum", "numpy's einsum(attrs.spec, *operands)", "linalg",
+             lambda inputs, attrs: (np.asarray(np.einsum(attrs["spec"], *inputs)),), _einsum_rule, None))
+
+
+# --- shape -------------------------------------------------------------------------
+
+def _transpose_rule(types, attrs):
+    (x,) = types
+    perm = attrs["perm"]
+    _require(sorted(perm) == list(range(x.ndim)), f"transpose perm {perm} is not a permutation of {x.ndim} axes")
+    return [TensorType(tuple(x.shape[p] for p in perm), x.dtype)]
+
+
+define(OpDef("transpose", "permute axes by attrs.perm", "shape",
+             lambda inputs, attrs: (np.transpose(inputs[0], attrs["perm"]),), _transpose_rule, 1))
+
+
+def _dynamic_sizes_ok(types, shape, op: str):
+    """Ops with symbolic output dims take one int64 scalar per symbolic dim as input."""
+    symbolic = [d for d in shape if isinstance(d, str)]
+    _require(len(types) == len(symbolic), f"{op} with shape {shape} needs {len(symbolic)} size inputs, got {len(types)}")
+    for t in types:
+        _require(t.ndim == 0 and is_int(t.dtype), f"{op} size inputs are int scalars, got {t}")
+
+
+def concrete_shape(shape, sizes) -> tuple[int, ...]:
+    """Fill the symbolic dims of `shape`, in order, from the run-time `sizes`."""
+    sizes = iter(sizes)
+    return tuple(int(next(sizes)) if isinstance(d, str) else d for d in shape)
+
+
+def _reshape_rule(types, attrs):
+    x, *sizes = types
+    shape = tuple(attrs["shape"])
+    _dynamic_sizes_ok(sizes, shape, "reshape")
+    same_symbols = shapes.symbols_of(shape) == shapes.symbols_of(x.shape)
+    same_static = shapes.product_of_static(shape) == shapes.product_of_static(x.shape)
+    _require((x.is_static and all(isinstance(d, int) for d in shape) and same_static)
+             or (same_symbols and same_static) or not same_symbols,
+             f"cannot reshape {x} to {shape}: element counts differ")
+    return [TensorType(shape, x.dtype)]
+
+
+def _reshape_impl(inputs, attrs):
+    x, *sizes = inputs
+    target = concrete_shape(attrs["shape"], sizes)
+    if int(np.prod(target)) != x.size:
+        raise ShapeError(f"cannot reshape an array of shape {x.shape} to {target}")
+    return (np.reshape(x, target),)
+
+
+define(OpDef("reshape", "reshape to attrs.shape (C order)", "shape", _reshape_impl, _reshape_rule, None))
+
+
+def _broadcast_rule(types, attrs):
+    x, *sizes = types
+    shape = tuple(attrs["shape"])
+    _dynamic_sizes_ok(sizes, shape, "broadcast_to")
+    _require(shapes.broadcast_shapes(x.shape, shape) == shape, f"cannot broadcast {x} to {shape}")
+    return [TensorType(shape, x.dtype)]
+
+
+define(OpDef("broadcast_to", "numpy's broadcast_to(x, attrs.shape)", "shape",
+             lambda inputs, attrs: (np.broadcast_to(inputs[0], concrete_shape(attrs["shape"], inputs[1:])).copy(),),
+             _broadcast_rule, None))
+
+
+def _concat_rule(types, attrs):
+    _require(len(types) >= 1, "concatenate needs at least one operand")
+    first = types[0]
+    axis = attrs["axis"]
+    _require(first.ndim > 0, "concatenate needs operands of rank >= 1")
+    _require(0 <= axis < first.ndim, f"concatenate axis {axis} out of range for {first}")
+    for t in types:
+        _require(t.dtype == first.dtype and t.ndim == first.ndim, f"concatenate needs one dtype and rank: {first} vs {t}")
+        _require(all(t.shape[i] == first.shape[i] for i in range(first.ndim) if i != axis),
+                 f"concatenate along axis {axis}: shapes {first.shape} and {t.shape} differ off that axis")
+    dims = [t.shape[axis] for t in types]
+    if all(isinstance(d, int) for d in dims):
+        joined = sum(dims)
+    else:
+        static = sum(d for d in dims if isinstance(d, int))
+        joined = "+".join(sorted(str(d) for d in dims if isinstance(d, str))) + (f"+{static}" if static else "")
+    shape = list(first.shape)
+    shape[axis] = joined
+    return [TensorType(tuple(shape), first.dtype)]
+
+
+define(OpDef("concat", "numpy's concatenate(operands, attrs.axis)", "shape",
+             lambda inputs, attrs: (np.concatenate(inputs, axis=attrs["axis"]),), _concat_rule, None))
+
+
+def _slice_rule(types, attrs):
+    (x,) = types
+    index = attrs["index"]
+    _require(len(index) == x.ndim, f"slice needs one (start, stop, step) per axis of {x}")
+    return [TensorType(tuple(shapes.slice_dim(d, *s) for d, s in zip(x.shape, index)), x.dtype)]
+
+
+define(OpDef("slice", "x[start:stop:step, ...] with static bounds per axis", "shape",
+             lambda inputs, attrs: (inputs[0][tuple(slice(*s) for s in attrs["index"])].copy(),), _slice_rule, 1))
+
+
+# --- reductions --------------------------------------------------------------------
+
+def _reduce_rule(name: str, kinds: str, out_dtype: str | None = None) -> ShapeRule:
+    def rule(types, attrs):
+        (x,) = types
+        allowed = {"float": is_float(x.dtype), "num": x.dtype != "bool", "bool": x.dtype == "bool"}[kinds]
+        _require(allowed, f"{name} needs a {kinds} operand, got {x}")
+        axes = attrs["axes"]
+        _require(all(0 <= a < x.ndim for a in axes), f"{name} axes {axes} out of range for {x}")
+        if name in ("reduce_max", "reduce_min"):
+            _require(all(x.shape[a] != 0 for a in axes), f"{name} of an empty axis has no identity")
+        return [TensorType(shapes.reduced_shape(x.shape, axes, attrs["keepdims"]), out_dtype or x.dtype)]
+
+    return rule
+
+
+def _reduce(name: str, fn, kinds: str, doc: str, out_dtype: str | None = None):
+    def impl(inputs, attrs):
+        result = fn(inputs[0], axis=tuple(attrs["axes"]), keepdims=attrs["keepdims"])
+        return (np.asarray(result).astype(out_dtype or inputs[0].dtype, copy=False),)
+
+    define(OpDef(name, doc, "reduction", impl, _reduce_rule(name, kinds, out_dtype), 1,
+                 differentiable=out_dtype != "bool"))
+
+
+_reduce("reduce_sum", np.sum, "num", "sum over attrs.axes")
+_reduce("reduce_mean", np.mean, "float", "mean over attrs.axes")
+_reduce("reduce_max", np.max, "num", "max over attrs.axes")
+_reduce("reduce_min", np.min, "num", "min over attrs.axes")
+_reduce("reduce_any", np.any, "bool", "logical or over attrs.axes")
+_reduce("reduce_all", np.all, "bool", "logical and over attrs.axes")
+
+
+def _argmax_rule(types, attrs):
+    (x,) = types
+    axis = attrs["axis"]
+    _require(x.dtype != "bool" and 0 <= axis < x.ndim and x.shape[axis] != 0, f"argmax over axis {axis} of {x}")
+    return [TensorType(shapes.reduced_shape(x.shape, (axis,), False), "int64")]
+
+
+# argmax: first index of the maximum, numpy's tie rule. An index: no gradient.
+define(OpDef("argmax", "index of the max along attrs.axis", "reduction",
+             lambda inputs, attrs: (np.asarray(np.argmax(inputs[0], axis=attrs["axis"])).astype("int64"),),
+             _argmax_rule, 1, differentiable=False))
+
+
+# --- neural-net primitives (fused for stability and for the lowering) ---------------
+
+def _float_same_rule(name: str) -> ShapeRule:
+    def rule(types, attrs):
+        (x,) = types
+        _require(is_float(x.dtype), f"{name} needs a float operand, got {x}")
+        _require(0 <= attrs["axis"] < x.ndim, f"{name} axis {attrs['axis']} out of range for {x}")
+        return [TensorType(x.shape, x.dtype)]
+
+    return rule
+
+
+def _softmax(x, axis):
+    shifted = x - np.max(x, axis=axis, keepdims=True)
+    e = np.exp(shifted)
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def _log_softmax(x, axis):
+    shifted = x - np.max(x, axis=axis, keepdims=True)
+    return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
+
+
+def _logsumexp(x, axes, keepdims):
+    peak = np.max(x, axis=axes, keepdims=True)
+    peak = np.where(np.isfinite(peak), peak, 0).astype(x.dtype)
+    out = np.log(np.sum(np.exp(x - peak), axis=axes, keepdims=True)) + peak
+    return out if keepdims else np.squeeze(out, axis=axes)
+
+
+define(OpDef("softmax", "exp(x - max) / sum(exp(x - max)) along attrs.axis", "nn",
+             lambda inputs, attrs: (_softmax(inputs[0], attrs["axis"]).astype(inputs[0].dtype),),
+             _float_same_rule("softmax"), 1))
+define(OpDef("log_softmax", "x - logsumexp(x) along attrs.axis", "nn",
+             lambda inputs, attrs: (_log_softmax(inputs[0], attrs["axis"]).astype(inputs[0].dtype),),
+             _float_same_rule("log_softmax"), 1))
+define(OpDef("logsumexp", "log(sum(exp(x))) over attrs.axes, computed stably", "nn",
+             lambda inputs, attrs: (np.asarray(_logsumexp(inputs[0], tuple(attrs["axes"]), attrs["keepdims"])).astype(inputs[0].dtype),),
+             _reduce_rule("logsumexp", "float"), 1))
+
+
+def _top_k_rule(types, attrs):
+    (x,) = types
+    k = attrs["k"]
+    _require(x.ndim >= 1 and x.dtype != "bool", f"top_k needs a numeric operand of rank >= 1, got {x}")
+    last = x.shape[-1]
+    _require(isinstance(k, int) and k >= 0 and (not isinstance(last, int) or k <= last),
+             f"top_k with k={k} on {x}: k must be an int between 0 and the last dim")
+    shape = x.shape[:-1] + (k,)
+    return [TensorType(shape, x.dtype), TensorType(shape, "int64")]
+
+
+def _top_k(inputs, attrs):
+    x, k = inputs[0], attrs["k"]
+    # Stable sort of the negated values: ties keep the lower index first (as jax.lax.top_k).
+    order = np.argsort(-x if x.dtype.kind != "u" else ~x, axis=-1, kind="stable")[..., :k]
+    return np.take_along_axis(x, order, axis=-1), order.astype("int64")
+
+
+define(OpDef("top_k", "the k largest along the last axis, descending, and their indices", "nn",
+             _top_k, _top_k_rule, 1, differentiable=True))
+
+
+# --- indexing ----------------------------------------------------------------------
+
+def _take_rule(types, attrs):
+    x, index = types
+    axis = attrs["axis"]
+    _require(is_int(index.dtype), f"take needs an integer index, got {index}")
+    _require(0 <= axis < x.ndim, f"take axis {axis} out of range for {x}")
+    return [TensorType(x.shape[:axis] + index.shape + x.shape[axis + 1:], x.dtype)]
+
+
+def check_index_range(index: np.ndarray, size: int) -> np.ndarray:
+    """numpy's rule for integer indices: -size <= i < size, negatives wrap. Returns
+    the wrapped indices; raises IndexError naming the first offender otherwise."""
+    index = np.asarray(index)
+    bad = (index < -size) | (index >= size)
+    if bad.any():
+        raise IndexError(f"index {int(index[bad].flat[0])} is out of range for an axis of size {size}")
+    return np.where(index < 0, index + size, index)
+
+
+def _take_impl(inputs, attrs):
+    x, index = inputs
+    axis = attrs["axis"]
+    return (np.take(x, check_index_range(index, x.shape[axis]), axis=axis),)
+
+
+# take(x, i): rows of x along attrs.axis at integer indices i (rank 0 i: one row).
+define(OpDef("take", "x[..., i, ...] along attrs.axis, i any int array", "index", _take_impl, _take_rule, 2))
+
+
+def _update_rule(types, attrs):
+    x, index, value = types
+    _require(is_int(index.dtype) and index.ndim == 0, f"update needs an int scalar index, got {index}")
+    _require(x.ndim >= 1 and value.shape == x.shape[1:] and value.dtype == x.dtype,
+             f"update writes a row {TensorType(x.shape[1:], x.dtype)} of {x}, got {value}")
+    return [TensorType(x.shape, x.dtype)]
+
+
+def _update_impl(inputs, attrs):
+    x, index, value = inputs
+    out = x.copy()
+    out[int(check_index_range(index, x.shape[0]))] = value
+    return (out,)
+
+
+# update(x, i, v): x with row i replaced by v (functional; x.at[i].set(v)).
+define(OpDef("update", "x with row i (axis 0) set to v", "index", _update_impl, _update_rule, 3))
+
+
+def _index_add_rule(types, attrs):
+    x, index, value = types
+    axis = attrs["axis"]
+    _require(is_int(index.dtype), f"index_add needs an integer index, got {index}")
+    _require(0 <= axis < x.ndim, f"index_add axis {axis} out of range for {x}")
+    expected = x.shape[:axis] + index.shape + x.shape[axis + 1:]
+    _require(value.shape == expected and value.dtype == x.dtype,
+             f"index_add into {x} at {index} needs values of shape {expected}, got {value}")
+    return [TensorType(x.shape, x.dtype)]
+
+
+def _index_add_impl(inputs, attrs):
+    x, index, value = inputs
+    axis = attrs["axis"]
+    out = x.copy()
+    wrapped = check_index_range(index, x.shape[axis])
+    np.add.at(out, (slice(None),) * axis + (wrapped,), value)
+    return (out,)
+
+
+# index_add(x, i, v): scatter-add (duplicates accumulate); the VJP of take.
+define(OpDef("index_add", "x with v added at indices i along attrs.axis", "index",
+             _index_add_impl, _index_add_rule, 3))
+
+
+def _dim_rule(types, attrs):
+    (x,) = types
+    _require(0 <= attrs["axis"] < x.ndim, f"dim axis {attrs['axis']} out of range for {x}")
+    return [TensorType((), "int64")]
+
+
+# dim(x): the run-time size of one axis, as an int64 scalar (x.shape[k] for a symbolic k).
+define(OpDef("dim", "size of axis attrs.axis of x", "shape",
+             lambda inputs, attrs: (np.asarray(inputs[0].shape[attrs["axis"]], "int64"),), _dim_rule, 1,
+             lambda a, attrs: f"{a[0]}.shape[{attrs['axis']}]", differentiable=False))
+
+
+# --- creation ----------------------------------------------------------------------
+
+def _creation_rule(name: str) -> ShapeRule:
+    def rule(types, attrs):
+        shape = tuple(attrs["shape"])
+        _dynamic_sizes_ok(types, shape, name)
+        return [TensorType(shape, attrs["dtype"])]
+
+    return rule
+
+
+define(OpDef("full", "an array of attrs.shape filled with attrs.value", "creation",
+             lambda inputs, attrs: (np.full(concrete_shape(attrs["shape"], inputs), attrs["value"], attrs["dtype"]),),
+             _creation_rule("full"), None, differentiable=False))
+
+
+def _iota_impl(inputs, attrs):
+    shape = concrete_shape(attrs["shape"], inputs)
+    axis = attrs["axis"]
+    line = np.arange(shape[axis], dtype=attrs["dtype"])
+    view = [1] * len(shape)
+    view[axis] = shape[axis]
+    return (np.broadcast_to(line.reshape(view), shape).copy(),)
+
+
+define(OpDef("iota", "0, 1, 2, ... along attrs.axis, broadcast to attrs.shape", "creation",
+             _iota_impl, _creation_rule("iota"), None, differentiable=False))
+
+
+def _const_rule(types, attrs):
+    value = attrs["value"]
+    return [TensorType(value.shape, value.dtype.name)]
+
+
+def _const_pretty(args, attrs):
+    value = attrs["value"]
+    if value.ndim == 0:
+        return f"const {value[()]}"  # numpy's shortest repr for the dtype: 0.9, not 0.899999976
+    return f"const {_format_attr(value)}"
+
+
+define(OpDef("const", "a literal array (attrs.value)", "creation",
+             lambda inputs, attrs: (attrs["value"],), _const_rule, 0, _const_pretty, differentiable=False))
+
+
+# --- control flow ------------------------------------------------------------------
+# Control ops carry regions; the interpreter runs them and the verifier checks their
+# region signatures (egad/ir/verify.py: `control_result_types`).
+#
+#   if(pred, *operands; then, else)             regions: (*operands) -> outs
+#   switch(index, *operands; *branches)         index clamped to [0, n-1]
+#   for(lo, hi, *inits, *invariants; body)      body: (i, *state, *invariants) -> (*state, *ys)
+#        attrs: n_state, reverse (i from hi-1 down to lo), trip_dim (leading dim of ys)
+#   while(*inits, *invariants; cond, body)      cond: (*state, *invariants) -> bool
+#        attrs: n_state                          body: (*state, *invariants) -> *state
+
+for _name, _doc in [
+    ("if", "run the then- or else-region on operands by a bool predicate"),
+    ("switch", "run branch[clamp(index)] on operands"),
+    ("for", "iterate body over i in [lo, hi) carrying state, stacking per-step ys"),
+    ("while", "iterate body while cond(state) holds"),
+]:
+    define(OpDef(_name, _doc, "control", None, None, None))
+
+CONTROL_OPS = frozenset({"if", "switch", "for", "while"})

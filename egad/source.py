@@ -1,0 +1,46 @@
+"""Where in the user's code something happened, for errors, reports and the visualiser."""
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+
+_EGAD_DIR = os.path.dirname(os.path.abspath(__file__))
+# Modules inside the package that are user programs, not library machinery.
+_USER_MODULES = {os.path.join(_EGAD_DIR, "demo.py")}
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceLoc:
+    file: str
+    line: int
+    function: str = ""
+
+    def __str__(self) -> str:
+        return f"{os.path.basename(self.file)}:{self.line}"
+
+    def long(self) -> str:
+        where = f"{self.file}:{self.line}"
+        return f"{where} (in {self.function})" if self.function else where
+
+
+UNKNOWN = SourceLoc("<unknown>", 0)
+
+
+def _is_internal(filename: str) -> bool:
+    # Frames inside the egad package, and Python's own plumbing (functools,
+    # contextlib), are never the "user's line".
+    if filename in _USER_MODULES:
+        return False
+    return filename.startswith(_EGAD_DIR) or filename.startswith("<frozen")
+
+
+def user_location() -> SourceLoc:
+    """The innermost stack frame outside egad: the user's line that caused this."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not _is_internal(filename):
+            return SourceLoc(filename, frame.f_lineno, frame.f_code.co_name)
+        frame = frame.f_back
+    return UNKNOWN
