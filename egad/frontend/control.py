@@ -97,7 +97,7 @@ def _reconcile_loop_state(traced_types: list[TensorType], in_types: list[TensorT
     for k, (got, want) in enumerate(zip(traced_types, in_types)):
         if got.shape != want.shape:
             raise LoopStateError(message(
-                f"loop state {paths[k]} enters {body} as {_describe(want)} but {body} returns {_describe(got)}",
+                f"loop state leaf `{paths[k]}` enters {body} as {_describe(want)} but {body} returns {_describe(got)}",
                 where=user_location().long(),
                 instead="loop state must keep its shape across iterations; pad to a fixed shape, "
                         "or make the value a per-step output (egad.scan's ys)"))
@@ -110,7 +110,7 @@ def _reconcile_loop_state(traced_types: list[TensorType], in_types: list[TensorT
             cast_out[k] = want.dtype
         else:
             raise LoopStateError(message(
-                f"loop state {paths[k]} enters {body} as {_describe(want)} but {body} returns {_describe(got)}",
+                f"loop state leaf `{paths[k]}` enters {body} as {_describe(want)} but {body} returns {_describe(got)}",
                 where=user_location().long(),
                 instead=f"keep the dtype stable: start from a {got.dtype} value or .astype('{want.dtype}') "
                         "the new state"))
@@ -243,7 +243,7 @@ def fori_loop(lower, upper, body_fun, init_val):
         lo, hi = _int_bound(lower, "fori_loop's lower bound"), _int_bound(upper, "fori_loop's upper bound")
         value = init_val
         for i in range(int(lo), int(hi)):
-            value = body_fun(np.int64(i), value)
+            value = body_fun(i, value)  # a Python int: weakly typed, like the traced counter
         return value
     lo, hi = _int_bound(lower, "fori_loop's lower bound"), _int_bound(upper, "fori_loop's upper bound")
     state, state_tree, state_types = _state_leaves(init_val, "init_val")

@@ -87,7 +87,14 @@ def _unary_same(op_name: str, numpy_name: str):
 
 
 negative = _unary_same("neg", "negative")
-abs = _unary_same("abs", "abs")
+_abs_of_number = _unary_same("abs", "abs")
+
+
+def abs(x):
+    """numpy's abs (of a bool: the bool itself)."""
+    return x if dtype_of(x)[0] == "bool" else _abs_of_number(x)
+
+
 absolute = abs
 sign = _unary_same("sign", "sign")
 
@@ -313,13 +320,19 @@ def all(a, axis=None, keepdims=False):
     return _reduce("reduce_all", _as_bool(a), axis, keepdims)
 
 
-def argmax(a, axis=None):
+def argmax(a, axis=None, keepdims=False):
     """numpy's argmax: the first index of the maximum (flattened when axis is None)."""
+    rank = _rank(a)
     if axis is None:
         a, axis = reshape(a, (-1,)), 0
     if dtype_of(a)[0] == "bool":
         a = astype(a, "int64")
-    return apply1("argmax", [a], {"axis": shapes.normalize_axis(axis, _rank(a))})
+    index = apply1("argmax", [a], {"axis": shapes.normalize_axis(axis, _rank(a))})
+    if not keepdims:
+        return index
+    if rank != _rank(a):  # flattened: numpy keeps every axis, each of size 1
+        return reshape(index, (1,) * rank)
+    return expand_dims(index, shapes.normalize_axis(axis, rank))
 
 
 # --- shapes ----------------------------------------------------------------------------

@@ -109,6 +109,8 @@ def dtype_of(x) -> tuple[str, bool]:
     """(dtype, weak) of any operand: tracers know theirs, Python scalars are weak."""
     if is_tracer(x):
         return x._var.type.dtype, x._var.type.weak
+    if isinstance(x, (np.generic, np.ndarray)):  # np.float64 subclasses float, yet is strong
+        return canonical_dtype(x.dtype), False
     if isinstance(x, bool):
         return "bool", True
     if isinstance(x, int):
@@ -138,6 +140,6 @@ def cast_to(x, dtype: str, weak: bool = False):
         if x._var.type.dtype == dtype:
             return x
         return apply1("cast", [x], {"dtype": dtype}, weak=weak)
-    if x.__class__ in (bool, int, float) and context.current() is not None:
+    if type(x) in (bool, int, float) and context.current() is not None:
         return constant(x, dtype, weak)
     return np.asarray(x, dtype=dtype)

@@ -210,9 +210,21 @@ class Tracer:
         from . import numpy_api as n
         return n.all(self, axis=axis, keepdims=keepdims)
 
-    def argmax(self, axis=None):
+    def argmax(self, axis=None, keepdims=False):
         from . import numpy_api as n
-        return n.argmax(self, axis=axis)
+        return n.argmax(self, axis=axis, keepdims=keepdims)
+
+    def take(self, indices, axis=None):
+        from . import numpy_api as n
+        return n.take(self, indices, axis=axis)
+
+    def var(self, axis=None, keepdims=False):
+        from . import numpy_api as n
+        return n.var(self, axis=axis, keepdims=keepdims)
+
+    def std(self, axis=None, keepdims=False):
+        from . import numpy_api as n
+        return n.std(self, axis=axis, keepdims=keepdims)
 
     def clip(self, a_min=None, a_max=None):
         from . import numpy_api as n

@@ -40,6 +40,8 @@ def leaf_type(leaf, where: str) -> TensorType:
     """The param type of one argument leaf; Python scalars are weakly typed."""
     if isinstance(leaf, Spec):
         return leaf.type
+    if isinstance(leaf, (np.generic, np.ndarray)):  # numpy scalars are strong, even np.float64
+        return TensorType(np.shape(leaf), canonical_dtype(leaf.dtype))
     if isinstance(leaf, bool):
         return TensorType((), "bool", weak=True)
     if isinstance(leaf, int):
