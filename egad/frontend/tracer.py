@@ -105,7 +105,12 @@ class Tracer:
         self._not_concrete("complex()")
 
     def __index__(self):
-        self._not_concrete("using as a Python index/int")
+        raise TracerConversionError(message(
+            f"a traced value ({self._var.type}) was used where Python needs an int — most often a numpy array "
+            "indexed by a traced index (np_array[i])",
+            where=user_location().long(),
+            instead="pass the array as an argument of the traced function (then x[i] is traced), or write "
+                    "enp.take(np_array, i, axis=0); for range(), use egad.fori_loop"))
 
     def item(self):
         self._not_concrete(".item()")

@@ -587,12 +587,31 @@ define(OpDef("const", "a literal array (attrs.value)", "creation",
 #   while(*inits, *invariants; cond, body)      cond: (*state, *invariants) -> bool
 #        attrs: n_state                          body: (*state, *invariants) -> *state
 
-for _name, _doc in [
-    ("if", "run the then- or else-region on operands by a bool predicate"),
-    ("switch", "run branch[clamp(index)] on operands"),
-    ("for", "iterate body over i in [lo, hi) carrying state, stacking per-step ys"),
-    ("while", "iterate body while cond(state) holds"),
-]:
-    define(OpDef(_name, _doc, "control", None, None, None))
+def _group(label: str, names: list[str]) -> str:
+    return f" {label}({', '.join(names)})" if names else ""
+
+
+def _pretty_branch(name: str) -> PrettyFn:
+    return lambda a, attrs: f"{name} {a[0]}" + _group("operands", a[1:])
+
+
+def _pretty_for(a, attrs):
+    n_state = attrs["n_state"]
+    text = f"for [{a[0]}, {a[1]})" + (" reversed" if attrs.get("reverse") else "")
+    return text + _group("state", a[2:2 + n_state]) + _group("invariants", a[2 + n_state:])
+
+
+def _pretty_while(a, attrs):
+    n_state = attrs["n_state"]
+    bound = f" max_iters={attrs['max_iters']}" if attrs.get("max_iters") is not None else ""
+    return "while" + bound + _group("state", a[:n_state]) + _group("invariants", a[n_state:])
+
+
+define(OpDef("if", "run the then- or else-region on operands by a bool predicate", "control",
+             None, None, None, _pretty_branch("if")))
+define(OpDef("switch", "run branch[clamp(index)] on operands", "control", None, None, None, _pretty_branch("switch")))
+define(OpDef("for", "iterate body over i in [lo, hi) carrying state, stacking per-step ys", "control",
+             None, None, None, _pretty_for))
+define(OpDef("while", "iterate body while cond(state) holds", "control", None, None, None, _pretty_while))
 
 CONTROL_OPS = frozenset({"if", "switch", "for", "while"})

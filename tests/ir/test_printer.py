@@ -17,7 +17,7 @@ def test_printer_shows_ops_types_regions_and_lines():
     program = egad.trace(loss, np.eye(3, dtype=np.float32), egad.Spec(("T", 3), "float32"), np.zeros(3, np.float32))
     text = str(program)
     assert text.startswith("program loss(%W: f32[3,3], %xs: f32[T,3], %h0: f32[3])")
-    for fragment in ["for(", "body(", "if(", "then(", "else(", "tanh(", "@", "reduce_sum", "yield", "return",
+    for fragment in ["for [", "body(", "if %", "then(", "else(", "tanh(", "@", "reduce_sum", "yield", "return",
                      "%xs.shape[0]", "test_printer.py:"]:
         assert fragment in text, fragment
     assert repr(program).startswith("<egad.Program loss(")
