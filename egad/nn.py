@@ -12,14 +12,14 @@ from .source import user_location
 
 
 def _float(x):
+    """x as a float (ints become float64, as numpy's float functions do)."""
     dtype, weak = dtype_of(x)
-    return cast_to(x, dtype if is_float(dtype) else "float64", weak), weak
+    return cast_to(x, dtype if is_float(dtype) else "float64", weak)
 
 
 def sigmoid(x):
     """1 / (1 + exp(-x)), computed stably."""
-    x, weak = _float(x)
-    return apply1("sigmoid", [x], weak=weak)
+    return apply1("sigmoid", [_float(x)])
 
 
 def relu(x):
@@ -33,21 +33,21 @@ def _axis(x, axis: int) -> int:
 
 def softmax(x, axis: int = -1):
     """exp(x) / sum(exp(x)) along `axis`, shifted by the max for stability."""
-    x, weak = _float(x)
-    return apply1("softmax", [x], {"axis": _axis(x, axis)}, weak=weak)
+    x = _float(x)
+    return apply1("softmax", [x], {"axis": _axis(x, axis)})
 
 
 def log_softmax(x, axis: int = -1):
     """x - logsumexp(x) along `axis`."""
-    x, weak = _float(x)
-    return apply1("log_softmax", [x], {"axis": _axis(x, axis)}, weak=weak)
+    x = _float(x)
+    return apply1("log_softmax", [x], {"axis": _axis(x, axis)})
 
 
 def logsumexp(x, axis=None, keepdims: bool = False):
     """log(sum(exp(x))) over `axis` (all axes when None), computed stably."""
-    x, weak = _float(x)
+    x = _float(x)
     axes = shapes.normalize_axes(axis, enp.ndim(x))
-    return apply1("logsumexp", [x], {"axes": axes, "keepdims": bool(keepdims)}, weak=weak)
+    return apply1("logsumexp", [x], {"axes": axes, "keepdims": bool(keepdims)})
 
 
 def one_hot(x, num_classes: int, dtype="float64"):

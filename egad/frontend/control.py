@@ -245,6 +245,7 @@ def fori_loop(lower, upper, body_fun, init_val):
         for i in range(int(lo), int(hi)):
             value = body_fun(i, value)  # a Python int: weakly typed, like the traced counter
         return value
+    trip_dim = _static_trip_count(lower, upper)
     lo, hi = _int_bound(lower, "fori_loop's lower bound"), _int_bound(upper, "fori_loop's upper bound")
     state, state_tree, state_types = _state_leaves(init_val, "init_val")
     counter = TensorType((), "int64", weak=True)
@@ -259,7 +260,6 @@ def fori_loop(lower, upper, body_fun, init_val):
     state, state_types, traced = _settle_state(state, state_types, traced, run, leaf_paths(state_tree, "state"),
                                                "fori_loop's body")
     (body,), captured = _finish(traced)
-    trip_dim = _static_trip_count(lo, hi)
     builder = context.current()
     inputs = [builder.resolve(to_tracer(lo)), builder.resolve(to_tracer(hi))] + [builder.resolve(x) for x in state]
     outputs = _emit("for", inputs + captured, {"n_state": len(state), "reverse": False, "trip_dim": trip_dim},

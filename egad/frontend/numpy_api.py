@@ -58,7 +58,7 @@ def _unary_float(op_name: str):
         dtype, weak = dtype_of(x)
         if not is_float(dtype):
             dtype = "float64"  # numpy: exp(int array) is float64
-        return apply1(op_name, [cast_to(x, dtype, weak)], weak=weak)
+        return apply1(op_name, [cast_to(x, dtype, weak)])
 
     fn.__name__ = op_name
     fn.__doc__ = f"numpy's {op_name}, elementwise."
@@ -76,10 +76,10 @@ sqrt = _unary_float("sqrt")
 floor = _unary_float("floor")
 
 
-def _unary_same(op_name: str, numpy_name: str):
+def _unary_same(op_name: str, numpy_name: str, keep_weak: bool = False):
     def fn(x):
         dtype, weak = dtype_of(x)
-        return apply1(op_name, [to_tracer(x) if is_tracer(x) else np.asarray(x, dtype)], weak=weak)
+        return apply1(op_name, [to_tracer(x) if is_tracer(x) else np.asarray(x, dtype)], weak=weak and keep_weak)
 
     fn.__name__ = numpy_name
     fn.__doc__ = f"numpy's {numpy_name}, elementwise."
@@ -130,7 +130,7 @@ def _promoted(a, b):
 
 
 def _binary(op_name: str, numpy_name: str, *, bool_op: str | None = None, float_only: bool = False,
-            out_weak: bool = True):
+            keep_weak: bool = False):
     def fn(a, b):
         dtype, weak = result_dtype(a, b)
         if float_only and not is_float(dtype):
@@ -143,7 +143,7 @@ def _binary(op_name: str, numpy_name: str, *, bool_op: str | None = None, float_
                                            instead="convert with .astype('int64') first"))
         elif dtype == "bool":
             name = {"maximum": "logical_or", "minimum": "logical_and"}.get(op_name, op_name)
-        return apply1(name, [cast_to(a, dtype, weak), cast_to(b, dtype, weak)], weak=weak and out_weak)
+        return apply1(name, [cast_to(a, dtype, weak), cast_to(b, dtype, weak)], weak=weak and keep_weak)
 
     fn.__name__ = numpy_name
     fn.__doc__ = f"numpy's {numpy_name} with numpy 2 promotion (Python scalars are weak)."
@@ -161,12 +161,35 @@ remainder = mod
 power = _binary("pow", "power")
 maximum = _binary("maximum", "maximum")
 minimum = _binary("minimum", "minimum")
-equal = _binary("eq", "equal", out_weak=False)
-not_equal = _binary("ne", "not_equal", out_weak=False)
-less = _binary("lt", "less", out_weak=False)
-less_equal = _binary("le", "less_equal", out_weak=False)
-greater = _binary("gt", "greater", out_weak=False)
-greater_equal = _binary("ge", "greater_equal", out_weak=False)
+equal = _binary("eq", "equal")
+not_equal = _binary("ne", "not_equal")
+less = _binary("lt", "less")
+less_equal = _binary("le", "less_equal")
+greater = _binary("gt", "greater")
+greater_equal = _binary("ge", "greater_equal")
+
+
+# The operators (`a + b`, `-a`, `abs(a)`) keep weakness, as Python arithmetic on Python
+# scalars gives Python scalars; the enp functions give strong results, as numpy's do
+# (np.sqrt(4.0) is a strong np.float64).
+OPERATORS = {
+    "add": _binary("add", "add", bool_op="logical_or", keep_weak=True),
+    "subtract": _binary("sub", "subtract", keep_weak=True),
+    "multiply": _binary("mul", "multiply", bool_op="logical_and", keep_weak=True),
+    "true_divide": _binary("div", "true_divide", float_only=True, keep_weak=True),
+    "floor_divide": _binary("floordiv", "floor_divide", keep_weak=True),
+    "mod": _binary("mod", "mod", keep_weak=True),
+    "power": _binary("pow", "power", keep_weak=True),
+    "negative": _unary_same("neg", "negative", keep_weak=True),
+}
+_abs_operator = _unary_same("abs", "abs", keep_weak=True)
+
+
+def _abs_keeping_weak(x):
+    return x if dtype_of(x)[0] == "bool" else _abs_operator(x)
+
+
+OPERATORS["abs"] = _abs_keeping_weak
 
 
 def _logical(op_name: str):
@@ -201,8 +224,8 @@ bitwise_xor = _bitwise("bitwise_xor", logical_xor)
 
 def where(condition, x, y):
     """numpy's where(condition, x, y) (the three-argument form)."""
-    x, y, _, weak = _promoted(x, y)
-    return apply1("select", [_as_bool(condition), x, y], weak=weak)
+    x, y, _, _ = _promoted(x, y)
+    return apply1("select", [_as_bool(condition), x, y])
 
 
 def clip(a, a_min=None, a_max=None):
@@ -239,8 +262,8 @@ UFUNC_TO_ENP = {
 
 def matmul(a, b):
     """numpy's a @ b (batched; 1-D operands are promoted and the axis dropped)."""
-    a, b, _, weak = _promoted(a, b)
-    return apply1("matmul", [a, b], weak=weak)
+    a, b, _, _ = _promoted(a, b)
+    return apply1("matmul", [a, b])
 
 
 UFUNC_TO_ENP["matmul"] = matmul
@@ -259,27 +282,27 @@ def dot(a, b):
 def einsum(subscripts: str, *operands):
     """numpy's einsum with explicit or implicit output (no ellipsis)."""
     dtype, weak = result_dtype(*operands)
-    return apply1("einsum", [cast_to(x, dtype, weak) for x in operands], {"spec": subscripts.replace(" ", "")}, weak)
+    return apply1("einsum", [cast_to(x, dtype, weak) for x in operands], {"spec": subscripts.replace(" ", "")})
 
 
 # --- reductions ------------------------------------------------------------------------
 
-def _reduce(op_name: str, x, axis, keepdims: bool, weak: bool = False):
+def _reduce(op_name: str, x, axis, keepdims: bool):
     axes = shapes.normalize_axes(axis, _rank(x))
-    return apply1(op_name, [x], {"axes": axes, "keepdims": bool(keepdims)}, weak=weak)
+    return apply1(op_name, [x], {"axes": axes, "keepdims": bool(keepdims)})
 
 
 def sum(a, axis=None, keepdims=False, dtype=None):
     """numpy's sum (bool and int32 sum to int64, as numpy on 64-bit Linux)."""
-    source, weak = dtype_of(a)
+    source, _ = dtype_of(a)
     target = _dtype_name(dtype) if dtype is not None else ("int64" if source in ("bool", "int32") else source)
-    return _reduce("reduce_sum", cast_to(a, target), axis, keepdims, weak)
+    return _reduce("reduce_sum", cast_to(a, target), axis, keepdims)
 
 
 def mean(a, axis=None, keepdims=False):
     """numpy's mean (integers average to float64)."""
-    source, weak = dtype_of(a)
-    return _reduce("reduce_mean", cast_to(a, source if is_float(source) else "float64"), axis, keepdims, weak)
+    source, _ = dtype_of(a)
+    return _reduce("reduce_mean", cast_to(a, source if is_float(source) else "float64"), axis, keepdims)
 
 
 def var(a, axis=None, keepdims=False):
@@ -297,14 +320,14 @@ def max(a, axis=None, keepdims=False):
     """numpy's max (amax)."""
     if dtype_of(a)[0] == "bool":
         return any(a, axis, keepdims)
-    return _reduce("reduce_max", a, axis, keepdims, dtype_of(a)[1])
+    return _reduce("reduce_max", a, axis, keepdims)
 
 
 def min(a, axis=None, keepdims=False):
     """numpy's min (amin)."""
     if dtype_of(a)[0] == "bool":
         return all(a, axis, keepdims)
-    return _reduce("reduce_min", a, axis, keepdims, dtype_of(a)[1])
+    return _reduce("reduce_min", a, axis, keepdims)
 
 
 amax, amin = max, min
@@ -410,7 +433,7 @@ def reshape(a, newshape):
     type_dims, sizes = _split_dims(dims)
     if type_dims == tuple(_shape_of(a)):
         return a
-    return apply1("reshape", [a, *sizes], {"shape": type_dims}, weak=dtype_of(a)[1])
+    return apply1("reshape", [a, *sizes], {"shape": type_dims})
 
 
 def size_of_dims(dims):
@@ -425,7 +448,7 @@ def _reshape_to_dims(a, dims: list):
     type_dims, sizes = _split_dims(dims)
     if type_dims == tuple(_shape_of(a)):
         return a
-    return apply1("reshape", [a, *sizes], {"shape": type_dims}, weak=dtype_of(a)[1])
+    return apply1("reshape", [a, *sizes], {"shape": type_dims})
 
 
 def transpose(a, axes=None):
@@ -434,7 +457,7 @@ def transpose(a, axes=None):
     perm = tuple(reversed(range(rank))) if axes is None else tuple(shapes.normalize_axis(x, rank) for x in axes)
     if perm == tuple(range(rank)):
         return a
-    return apply1("transpose", [a], {"perm": perm}, weak=dtype_of(a)[1])
+    return apply1("transpose", [a], {"perm": perm})
 
 
 def swapaxes(a, axis1, axis2):
@@ -474,7 +497,7 @@ def broadcast_to(a, new_shape):
     type_dims, sizes = _split_dims(_normalize_shape_arg(new_shape))
     if type_dims == tuple(_shape_of(a)):
         return a
-    return apply1("broadcast_to", [a, *sizes], {"shape": type_dims}, weak=dtype_of(a)[1])
+    return apply1("broadcast_to", [a, *sizes], {"shape": type_dims})
 
 
 def concatenate(arrays, axis=0):
@@ -482,7 +505,7 @@ def concatenate(arrays, axis=0):
     arrays = list(arrays)
     dtype, weak = result_dtype(*arrays)
     axis = shapes.normalize_axis(axis, _rank(arrays[0]))
-    return apply1("concat", [cast_to(x, dtype, weak) for x in arrays], {"axis": axis}, weak)
+    return apply1("concat", [cast_to(x, dtype, weak) for x in arrays], {"axis": axis})
 
 
 def stack(arrays, axis=0):
@@ -502,7 +525,7 @@ def take(a, indices, axis=None):
         if not is_int(canonical_dtype(indices.dtype)):
             raise ShapeError(message(f"take needs integer indices, got {indices.dtype}", where=user_location().long()))
         indices = indices.astype("int64")
-    return apply1("take", [a, indices], {"axis": axis}, weak=dtype_of(a)[1])
+    return apply1("take", [a, indices], {"axis": axis})
 
 
 # --- creation --------------------------------------------------------------------------
@@ -603,7 +626,7 @@ def getitem(x, index):
             slices.append((None, None, None))
         axis += 1
     if builtins.any(s != (None, None, None) for s in slices):
-        x = apply1("slice", [x], {"index": tuple(slices)}, weak=dtype_of(x)[1])
+        x = apply1("slice", [x], {"index": tuple(slices)})
 
     # 2. Integer indices (static, traced, arrays) as takes, last axis first so the
     #    positions of earlier axes stay valid.
@@ -657,7 +680,7 @@ def _take_index(x, entry, axis: int, original_shape):
         entry = np.asarray(entry)
         if not is_int(canonical_dtype(entry.dtype)):
             raise ShapeError(message(f"indices must be integers, got {entry.dtype}", where=user_location().long()))
-    return apply1("take", [x, entry], {"axis": axis}, weak=dtype_of(x)[1])
+    return apply1("take", [x, entry], {"axis": axis})
 
 
 class _IndexUpdateHelper:

@@ -9,17 +9,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import EgadError, ShapeError, TracerLeakError, message
+from ..errors import EgadError, IndexOutOfRangeError, ShapeError, TracerLeakError, message
 from ..ir import ops
 from ..ir.program import Binding, Var
 from ..ir.types import TensorType, canonical_dtype
 from ..source import user_location
 from . import context
+from .tracer import Tracer
 
 
 def is_tracer(x) -> bool:
-    from .tracer import Tracer
-
     return isinstance(x, Tracer)
 
 
@@ -45,8 +44,6 @@ def apply(op_name: str, inputs: list, attrs: dict | None = None, weak: bool = Fa
                                   instead="check the operands' shapes and dtypes (print them with .shape/.dtype)")) from None
     outputs = tuple(Var(t.with_weak(weak)) for t in out_types)
     builder.bindings.append(Binding(outputs, op_name, tuple(in_vars), dict(attrs), (), user_location()))
-    from .tracer import Tracer
-
     return [Tracer(builder, v) for v in outputs]
 
 
@@ -64,8 +61,6 @@ def _run_eagerly(op: ops.OpDef, inputs: list[np.ndarray], attrs: dict) -> list:
         with np.errstate(all="ignore"):
             outputs = op.impl(inputs, attrs)
     except IndexError as error:
-        from ..errors import IndexOutOfRangeError
-
         raise IndexOutOfRangeError(message(f"{op.name}: {error}", where=user_location().long(),
                                            instead="clip the index into range")) from None
     return [out[()] if out.ndim == 0 else out for out in outputs]
@@ -85,8 +80,6 @@ def constant(value, dtype: str, weak: bool = False):
     builder = context.current()
     if builder is None:
         return array
-    from .tracer import Tracer
-
     var = Var(TensorType(array.shape, dtype, weak))
     builder.bindings.append(Binding((var,), "const", (), {"value": array}, (), user_location()))
     return Tracer(builder, var)

@@ -153,14 +153,14 @@ class Tracer:
     # --- operators ---------------------------------------------------------------
     def __neg__(self):
         from . import numpy_api as n
-        return n.negative(self)
+        return n.OPERATORS["negative"](self)
 
     def __pos__(self):
         return self
 
     def __abs__(self):
         from . import numpy_api as n
-        return n.abs(self)
+        return n.OPERATORS["abs"](self)
 
     def __invert__(self):
         from . import numpy_api as n
@@ -250,7 +250,8 @@ def _binary_operator(name: str, reflected: bool):
     def operator(self, other):
         from . import numpy_api
 
-        fn = getattr(numpy_api, name)
+        # Arithmetic operators keep weak types (Python scalar arithmetic); the rest are numpy's.
+        fn = numpy_api.OPERATORS.get(name) or getattr(numpy_api, name)
         return fn(other, self) if reflected else fn(self, other)
 
     return operator
