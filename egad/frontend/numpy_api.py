@@ -42,9 +42,12 @@ def _shape_of(x) -> tuple:
 
 
 def asarray(x, dtype=None):
-    """numpy's asarray: tracers pass through (cast if dtype is given)."""
+    """numpy's asarray: tracers pass through (cast if dtype is given); a weakly typed
+    tracer (a traced Python scalar) becomes strong, as numpy's asarray(2.0) is float64."""
     if is_tracer(x):
-        return x if dtype is None else astype(x, dtype)
+        if dtype is None and not x.type.weak:
+            return x
+        return astype(x, dtype if dtype is not None else x.type.dtype)
     return np.asarray(x, dtype=dtype)
 
 
@@ -73,7 +76,12 @@ tanh = _unary_float("tanh")
 sin = _unary_float("sin")
 cos = _unary_float("cos")
 sqrt = _unary_float("sqrt")
-floor = _unary_float("floor")
+_floor_of_float = _unary_float("floor")
+
+
+def floor(x):
+    """numpy's floor (integers and bools are returned unchanged, as numpy 2 does)."""
+    return _floor_of_float(x) if is_float(dtype_of(x)[0]) else asarray(x)
 
 
 def _unary_same(op_name: str, numpy_name: str, keep_weak: bool = False):
@@ -305,15 +313,22 @@ def mean(a, axis=None, keepdims=False):
     return _reduce("reduce_mean", cast_to(a, source if is_float(source) else "float64"), axis, keepdims)
 
 
-def var(a, axis=None, keepdims=False):
-    """numpy's var (population variance, ddof=0)."""
+def var(a, axis=None, keepdims=False, ddof=0):
+    """numpy's var: mean squared deviation, divided by (n - ddof)."""
     centered = subtract(a, mean(a, axis=axis, keepdims=True))
-    return mean(multiply(centered, centered), axis=axis, keepdims=keepdims)
+    squares = mean(multiply(centered, centered), axis=axis, keepdims=keepdims)
+    if ddof == 0:
+        return squares
+    count = size_of_dims([shape(a)[k] for k in shapes.normalize_axes(axis, _rank(a))])
+    if isinstance(count, int):  # Python arithmetic keeps the factor weak, so float32 stays float32
+        denominator = builtins.max(count - ddof, 0)
+        return multiply(squares, count / denominator if denominator else np.inf)
+    return multiply(squares, count / (count - ddof))
 
 
-def std(a, axis=None, keepdims=False):
-    """numpy's std (ddof=0)."""
-    return sqrt(var(a, axis=axis, keepdims=keepdims))
+def std(a, axis=None, keepdims=False, ddof=0):
+    """numpy's std: the square root of var."""
+    return sqrt(var(a, axis=axis, keepdims=keepdims, ddof=ddof))
 
 
 def max(a, axis=None, keepdims=False):
@@ -577,7 +592,10 @@ def arange(start, stop=None, step=1, dtype=None):
     if is_tracer(step) or step != 1:
         raise UnsupportedError(message("arange with a traced bound needs step=1", where=user_location().long(),
                                        instead="compute enp.arange(n) * step + start"))
-    length = maximum(subtract(stop, start), 0)
+    if is_tracer(stop) and stop._symbol and not is_tracer(start) and start == 0:
+        length = stop  # arange(x.shape[0]) keeps x's symbolic dim
+    else:
+        length = maximum(subtract(stop, start), 0)
     out_dtype = _dtype_name(dtype) if dtype is not None else result_dtype(start, stop)[0]
     type_dims, sizes = _split_dims([length if is_tracer(length) else int(length)])
     counter = apply1("iota", sizes, {"shape": type_dims, "axis": 0, "dtype": out_dtype}) if sizes else \

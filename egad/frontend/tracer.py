@@ -223,13 +223,13 @@ class Tracer:
         from . import numpy_api as n
         return n.take(self, indices, axis=axis)
 
-    def var(self, axis=None, keepdims=False):
+    def var(self, axis=None, keepdims=False, ddof=0):
         from . import numpy_api as n
-        return n.var(self, axis=axis, keepdims=keepdims)
+        return n.var(self, axis=axis, keepdims=keepdims, ddof=ddof)
 
-    def std(self, axis=None, keepdims=False):
+    def std(self, axis=None, keepdims=False, ddof=0):
         from . import numpy_api as n
-        return n.std(self, axis=axis, keepdims=keepdims)
+        return n.std(self, axis=axis, keepdims=keepdims, ddof=ddof)
 
     def clip(self, a_min=None, a_max=None):
         from . import numpy_api as n
