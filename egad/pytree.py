@@ -7,6 +7,7 @@ agree.
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 
 
@@ -120,3 +121,9 @@ def leaf_paths(treedef: TreeDef, root: str = "") -> list[str]:
 def tree_map(fn, tree):
     leaves, treedef = flatten(tree)
     return unflatten(treedef, [fn(leaf) for leaf in leaves])
+
+
+def path_hint(path: str) -> str:
+    """A leaf path as a short identifier for printing (`params['W']` -> `params.W`)."""
+    dotted = path.replace("][", ".").replace("[", ".").replace("]", "")
+    return re.sub(r"[^A-Za-z0-9_.]", "", dotted).strip(".")

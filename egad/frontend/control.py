@@ -17,7 +17,7 @@ import numpy as np
 from ..errors import BranchMismatchError, EgadError, LoopStateError, ShapeError, message
 from ..ir.program import Binding, Var
 from ..ir.types import TensorType, fresh_symbol, is_float, is_int
-from ..pytree import TreeDef, flatten, leaf_paths, unflatten
+from ..pytree import TreeDef, flatten, leaf_paths, path_hint, unflatten
 from ..source import user_location
 from . import context
 from .primitives import apply1, cast_to, dtype_of, is_tracer, result_dtype, to_tracer
@@ -37,11 +37,14 @@ class _Traced:
         return [v.type for v in self.results]
 
 
-def _trace_region(name: str, param_types: list[TensorType], call: Callable, cast_outputs=None) -> _Traced:
+def _trace_region(name: str, param_types: list[TensorType], call: Callable, cast_outputs=None,
+                  hints: list[str] = ()) -> _Traced:
     """Trace `call(*param_tracers)` in a new child region. `cast_outputs`, when given,
-    lists a dtype (or None) per output leaf to convert to before the region ends."""
+    lists a dtype (or None) per output leaf to convert to before the region ends;
+    `hints` name the params for printing."""
+    hints = list(hints) + [""] * (len(param_types) - len(hints))
     with context.open_region(name) as builder:
-        tracers = [Tracer(builder, builder.add_param(t)) for t in param_types]
+        tracers = [Tracer(builder, builder.add_param(t, hint)) for t, hint in zip(param_types, hints)]
         out = call(*tracers)
         leaves, out_tree = flatten(out)
         results = []
@@ -183,13 +186,15 @@ def _branch(op: str, selector, functions, operands, names):
     def tracer_for(fn):
         return lambda *params: fn(*unflatten(tree, params))
 
-    traced = [_trace_region(name, types, tracer_for(fn)) for fn, name in zip(functions, names)]
+    hints = [path_hint(p) for p in leaf_paths(tree, "operands")]
+    traced = [_trace_region(name, types, tracer_for(fn), hints=hints) for fn, name in zip(functions, names)]
     for t, name in zip(traced[1:], names[1:]):
         _check_tree(t.out_tree, traced[0].out_tree, f"{op} branch {name!r} returns a different structure than {names[0]!r}",
                     "make every branch return the same pytree of arrays", BranchMismatchError)
     casts = _join_branch_types(traced, names, leaf_paths(traced[0].out_tree, "output"))
     if casts is not None:
-        traced = [_trace_region(name, types, tracer_for(fn), cast) for fn, name, cast in zip(functions, names, casts)]
+        traced = [_trace_region(name, types, tracer_for(fn), cast, hints)
+                  for fn, name, cast in zip(functions, names, casts)]
     regions, captured = _finish(*traced)
     out_types = [TensorType(t.shape, t.dtype, t.weak) for t in traced[0].out_types]
     for k in range(len(out_types)):
@@ -248,11 +253,12 @@ def fori_loop(lower, upper, body_fun, init_val):
     trip_dim = _static_trip_count(lower, upper)
     lo, hi = _int_bound(lower, "fori_loop's lower bound"), _int_bound(upper, "fori_loop's upper bound")
     state, state_tree, state_types = _state_leaves(init_val, "init_val")
+    hints = [path_hint(p) for p in leaf_paths(state_tree, "state")]
     counter = TensorType((), "int64", weak=True)
 
     def run(promoted_types, casts=None):
         call = lambda i, *s: body_fun(i, unflatten(state_tree, s))  # noqa: E731
-        return _trace_region("body", [counter] + promoted_types, call, casts)
+        return _trace_region("body", [counter] + promoted_types, call, casts, ["i"] + hints)
 
     traced = run(state_types)
     _check_tree(traced.out_tree, state_tree, "fori_loop's body returns state whose structure differs from init_val",
@@ -302,9 +308,10 @@ def while_loop(cond_fun, body_fun, init_val):
         return value
     state, state_tree, state_types = _state_leaves(init_val, "init_val")
     paths = leaf_paths(state_tree, "state")
+    hints = [path_hint(p) for p in paths]
 
     def run_body(types, casts=None):
-        return _trace_region("body", types, lambda *s: body_fun(unflatten(state_tree, s)), casts)
+        return _trace_region("body", types, lambda *s: body_fun(unflatten(state_tree, s)), casts, hints)
 
     traced_body = run_body(state_types)
     _check_tree(traced_body.out_tree, state_tree, "while_loop's body returns state whose structure differs from "
@@ -312,7 +319,8 @@ def while_loop(cond_fun, body_fun, init_val):
     state, state_types, traced_body = _settle_state(state, state_types, traced_body, run_body, paths,
                                                     "while_loop's body")
     traced_cond = _trace_region("cond", state_types,
-                                lambda *s: _as_predicate(cond_fun(unflatten(state_tree, s)), "while_loop's cond_fun result"))
+                                lambda *s: _as_predicate(cond_fun(unflatten(state_tree, s)), "while_loop's cond_fun result"),
+                                hints=hints)
     if traced_cond.out_tree.num_leaves != 1:
         raise ShapeError(message("while_loop's cond_fun must return one scalar bool", where=user_location().long()))
     (cond_region, body_region), captured = _finish(traced_cond, traced_body)
@@ -335,6 +343,7 @@ def scan(f, init, xs=None, length=None, reverse=False):
     length, trip_dim = _scan_length(x_tracers, length)
     carry, carry_tree, carry_types = _state_leaves(init, "init")
     n_carry = len(carry)
+    carry_hints = [path_hint(p) for p in leaf_paths(carry_tree, "carry")]
     counter = TensorType((), "int64", weak=True)
     y_tree_box: list[TreeDef] = []
 
@@ -351,7 +360,7 @@ def scan(f, init, xs=None, length=None, reverse=False):
         return [*new_leaves, *y_leaves]
 
     def run(types, casts=None):
-        return _trace_region("body", [counter] + types, body, casts)
+        return _trace_region("body", [counter] + types, body, casts, ["i"] + carry_hints)
 
     traced = run(carry_types)
     _check_tree(y_tree_box[0], carry_tree, "scan's f returns a carry whose structure differs from init",

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import re
 
 import numpy as np
 
@@ -11,7 +10,7 @@ from ..errors import ArgumentError, EgadError, message
 from ..ir.program import ArgSignature, Program, Region
 from ..ir.types import Dim, TensorType, canonical_dtype
 from ..ir.verify import verify
-from ..pytree import flatten, leaf_paths, unflatten
+from ..pytree import flatten, leaf_paths, path_hint, unflatten
 from ..source import SourceLoc, user_location
 from . import context
 from .primitives import to_tracer
@@ -70,10 +69,6 @@ def _param_names(fn, count: int) -> list[str]:
     return [names[k] if k < len(names) else f"arg{k}" for k in range(count)]
 
 
-def _hint(path: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.]", "", path.replace("][", ".").replace("[", ".").replace("]", "")).strip(".")
-
-
 def normalize_static_argnums(static_argnums, count: int) -> frozenset[int]:
     if isinstance(static_argnums, int):
         static_argnums = (static_argnums,)
@@ -109,7 +104,7 @@ def trace(fn, *args, static_argnums=()) -> Program:
             leaves, tree = flatten(arg)
             tracers = []
             for path, leaf in zip(leaf_paths(tree, names[k]), leaves):
-                var = builder.add_param(leaf_type(leaf, f"argument {k} ({path})"), _hint(path))
+                var = builder.add_param(leaf_type(leaf, f"argument {k} ({path})"), path_hint(path))
                 tracers.append(Tracer(builder, var))
             call_args.append(unflatten(tree, tracers))
             trees.append(tree)

@@ -81,13 +81,17 @@ def _require(condition: bool, text: str):
         raise ShapeError(text)
 
 
+def _dtype_allowed(kinds: str, dtype: str) -> bool:
+    """Operand dtype classes: float, num (anything but bool), bool, any."""
+    return {"float": is_float(dtype), "num": dtype != "bool", "bool": dtype == "bool", "any": True}[kinds]
+
+
 # --- elementwise -------------------------------------------------------------------
 
 def _unary_rule(kinds: str, name: str) -> ShapeRule:
     def rule(types, attrs):
         (x,) = types
-        allowed = {"float": is_float(x.dtype), "num": x.dtype != "bool", "bool": x.dtype == "bool"}[kinds]
-        _require(allowed, f"{name} needs a {kinds} operand, got {x}")
+        _require(_dtype_allowed(kinds, x.dtype), f"{name} needs a {kinds} operand, got {x}")
         return [TensorType(x.shape, x.dtype)]
 
     return rule
@@ -118,8 +122,7 @@ def _binary_rule(kinds: str, name: str, out_dtype: str | None = None) -> ShapeRu
     def rule(types, attrs):
         a, b = types
         _require(a.dtype == b.dtype, f"{name} needs operands of one dtype, got {a} and {b}")
-        allowed = {"float": is_float(a.dtype), "num": a.dtype != "bool", "bool": a.dtype == "bool", "any": True}[kinds]
-        _require(allowed, f"{name} needs {kinds} operands, got {a} and {b}")
+        _require(_dtype_allowed(kinds, a.dtype), f"{name} needs {kinds} operands, got {a} and {b}")
         return [TensorType(shapes.broadcast_shapes(a.shape, b.shape), out_dtype or a.dtype)]
 
     return rule
@@ -341,8 +344,7 @@ define(OpDef("slice", "x[start:stop:step, ...] with static bounds per axis", "sh
 def _reduce_rule(name: str, kinds: str, out_dtype: str | None = None) -> ShapeRule:
     def rule(types, attrs):
         (x,) = types
-        allowed = {"float": is_float(x.dtype), "num": x.dtype != "bool", "bool": x.dtype == "bool"}[kinds]
-        _require(allowed, f"{name} needs a {kinds} operand, got {x}")
+        _require(_dtype_allowed(kinds, x.dtype), f"{name} needs a {kinds} operand, got {x}")
         axes = attrs["axes"]
         _require(all(0 <= a < x.ndim for a in axes), f"{name} axes {axes} out of range for {x}")
         if name in ("reduce_max", "reduce_min"):
@@ -568,7 +570,9 @@ def _const_rule(types, attrs):
 def _const_pretty(args, attrs):
     value = attrs["value"]
     if value.ndim == 0:
-        return f"const {value[()]}"  # numpy's shortest repr for the dtype: 0.9, not 0.899999976
+        return f"const {value[()]!s}"  # numpy's shortest repr for the dtype: 0.9, not 0.899999976
+    if value.size > 1 and (value == value.flat[0]).all():
+        return f"const splat({value.flat[0]!s})"
     return f"const {_format_attr(value)}"
 
 
