@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: setup demo test test-slow test-all clean
+.PHONY: setup demo test test-slow test-all bench clean
 
 # A virtual environment with the pinned dependencies and egad installed editable.
 $(STAMP): pyproject.toml
@@ -29,3 +29,7 @@ test-all: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis *.egg-info
+
+# Speed and memory measurements: tables on stdout, JSON in benchmarks/results/.
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks.interp_overhead

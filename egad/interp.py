@@ -12,8 +12,11 @@ import numpy as np
 from .errors import ArgumentError, EgadError, IndexOutOfRangeError, ShapeError, message
 from .ir import ops
 from .ir.program import Binding, Program, Region
-from .ir.types import TensorType, bind_dims, canonical_dtype
+from .ir.types import DTYPES, TensorType, bind_dims, canonical_dtype
 from .pytree import flatten, leaf_paths, unflatten
+
+
+_NUMPY_DTYPES = {name: np.dtype(name) for name in DTYPES}  # dtype.name is slow on a hot path
 
 
 def interpret(program: Program, *args):
@@ -102,8 +105,9 @@ def run_region(region: Region, values: list[np.ndarray], run: _Run) -> list[np.n
         else:
             outputs = _run_op(binding, inputs)
         for var, value in zip(binding.outputs, outputs):
-            if value.dtype.name != var.type.dtype:
-                value = value.astype(var.type.dtype)
+            expected = _NUMPY_DTYPES[var.type.dtype]
+            if value.dtype != expected:  # numpy may widen (e.g. int32 sums); the IR's type wins
+                value = value.astype(expected)
             env[var.uid] = value
     return [env[v.uid] for v in region.results]
 

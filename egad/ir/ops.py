@@ -457,10 +457,14 @@ def _take_rule(types, attrs):
     return [TensorType(x.shape[:axis] + index.shape + x.shape[axis + 1:], x.dtype)]
 
 
-def check_index_range(index: np.ndarray, size: int) -> np.ndarray:
+def check_index_range(index: np.ndarray, size: int):
     """numpy's rule for integer indices: -size <= i < size, negatives wrap. Returns
     the wrapped indices; raises IndexError naming the first offender otherwise."""
-    index = np.asarray(index)
+    if index.ndim == 0:  # the common case, a row index: stay in Python ints
+        value = int(index)
+        if not -size <= value < size:
+            raise IndexError(f"index {value} is out of range for an axis of size {size}")
+        return value + size if value < 0 else value
     bad = (index < -size) | (index >= size)
     if bad.any():
         raise IndexError(f"index {int(index[bad].flat[0])} is out of range for an axis of size {size}")
