@@ -11,6 +11,7 @@
     egad.interpret(program, W, xs, h0)       # numpy reference semantics
 """
 from . import nn, numpy
+from .ad import grad, value_and_grad
 from .errors import (
     ArgumentError, BranchMismatchError, EgadError, IndexOutOfRangeError, LoopStateError, NumpyInteropError,
     ShapeError, TracerConversionError, TracerLeakError, UnsupportedError, VerifyError,
@@ -18,13 +19,13 @@ from .errors import (
 from .frontend.control import cond, fori_loop, scan, switch, while_loop
 from .frontend.numpy_api import stop_gradient
 from .frontend.tracing import Spec, trace
-from .interp import interpret
+from .interp import RunStats, interpret
 from .ir import Program, TensorType, verify
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "trace", "Program", "Spec", "interpret", "cond", "switch", "fori_loop", "while_loop", "scan",
+    "trace", "Program", "Spec", "interpret", "RunStats", "grad", "value_and_grad", "cond", "switch", "fori_loop", "while_loop", "scan",
     "stop_gradient", "numpy", "nn", "verify", "TensorType", "EgadError", "ArgumentError", "BranchMismatchError",
     "IndexOutOfRangeError", "LoopStateError", "NumpyInteropError", "ShapeError", "TracerConversionError",
     "TracerLeakError", "UnsupportedError", "VerifyError",

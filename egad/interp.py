@@ -19,9 +19,10 @@ from .pytree import flatten, leaf_paths, unflatten
 _NUMPY_DTYPES = {name: np.dtype(name) for name in DTYPES}  # dtype.name is slow on a hot path
 
 
-def interpret(program: Program, *args):
+def interpret(program: Program, *args, stats: RunStats | None = None):
     """Run `program` on numpy values; returns numpy values in the traced function's
-    output structure. Takes the same positional arguments as the traced function.
+    output structure. Takes the same positional arguments as the traced function;
+    a `RunStats` passed as `stats` receives the run's measurements (peak tape bytes).
 
     Example: `egad.interpret(egad.trace(loss, W, xs), W, xs)`"""
     if not isinstance(program, Program):
@@ -30,15 +31,56 @@ def interpret(program: Program, *args):
     symbols: dict[str, int] = {}
     flat = _flatten_arguments(program, args, symbols)
     with np.errstate(all="ignore"):
-        results = run_region(program.region, flat, _Run(symbols))
+        results = run_region(program.region, flat, _Run(symbols, stats if stats is not None else RunStats()))
     return unflatten(program.out_tree, [r[()] if r.ndim == 0 else r for r in results])
 
 
-class _Run:
-    """Per-run state: symbolic dims bound from the arguments."""
+class RunStats:
+    """What a run of the interpreter measured; pass one as `interpret(..., stats=)`.
 
-    def __init__(self, symbols: dict[str, int]):
+    `tape_bytes` is the bytes held by all tapes now, `peak_tape_bytes` its maximum
+    over the run: exactly the residuals reverse-mode AD stored, counted per value
+    pushed (no padding, no spare capacity)."""
+
+    def __init__(self):
+        self.tape_bytes = 0
+        self.peak_tape_bytes = 0
+        self.tape_pushes = 0
+
+    def __repr__(self) -> str:
+        return f"RunStats(peak_tape_bytes={self.peak_tape_bytes}, tape_pushes={self.tape_pushes})"
+
+
+class Tape:
+    """The interpreter's tape: a Python list used as a stack. It is mutated in place
+    and returned, which is sound because AD threads every tape linearly (each tape
+    value is consumed exactly once)."""
+
+    __slots__ = ("values", "stats")
+
+    def __init__(self, stats: RunStats):
+        self.values: list[np.ndarray] = []
+        self.stats = stats
+
+    def push(self, value: np.ndarray) -> "Tape":
+        self.values.append(value)
+        self.stats.tape_bytes += value.nbytes
+        self.stats.tape_pushes += 1
+        self.stats.peak_tape_bytes = max(self.stats.peak_tape_bytes, self.stats.tape_bytes)
+        return self
+
+    def pop(self) -> np.ndarray:
+        value = self.values.pop()
+        self.stats.tape_bytes -= value.nbytes
+        return value
+
+
+class _Run:
+    """Per-run state: symbolic dims bound from the arguments, and the stats."""
+
+    def __init__(self, symbols: dict[str, int], stats: RunStats):
         self.symbols = symbols
+        self.stats = stats
 
 
 def _flatten_arguments(program: Program, args: tuple, symbols: dict[str, int]) -> list[np.ndarray]:
@@ -102,12 +144,17 @@ def run_region(region: Region, values: list[np.ndarray], run: _Run) -> list[np.n
         inputs = [env[v.uid] for v in binding.inputs]
         if binding.op in ops.CONTROL_OPS:
             outputs = _CONTROL[binding.op](binding, inputs, run)
+        elif binding.op in ops.TAPE_OPS:
+            for var, value in zip(binding.outputs, _TAPES[binding.op](inputs, run)):
+                env[var.uid] = value
+            continue
         else:
             outputs = _run_op(binding, inputs)
         for var, value in zip(binding.outputs, outputs):
-            expected = _NUMPY_DTYPES[var.type.dtype]
-            if value.dtype != expected:  # numpy may widen (e.g. int32 sums); the IR's type wins
-                value = value.astype(expected)
+            if value.__class__ is np.ndarray:  # not a tape
+                expected = _NUMPY_DTYPES[var.type.dtype]
+                if value.dtype != expected:  # numpy may widen (e.g. int32 sums); the IR's type wins
+                    value = value.astype(expected)
             env[var.uid] = value
     return [env[v.uid] for v in region.results]
 
@@ -180,3 +227,9 @@ def _run_while(binding, inputs, run):
 
 
 _CONTROL = {"if": _run_if, "switch": _run_switch, "for": _run_for, "while": _run_while}
+
+_TAPES = {
+    "tape_alloc": lambda inputs, run: [Tape(run.stats)],
+    "tape_push": lambda inputs, run: [inputs[0].push(inputs[1])],
+    "tape_pop": lambda inputs, run: [inputs[0].pop(), inputs[0]],
+}

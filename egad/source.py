@@ -1,6 +1,7 @@
 """Where in the user's code something happened, for errors, reports and the visualiser."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import sys
@@ -35,8 +36,24 @@ def _is_internal(filename: str) -> bool:
     return filename.startswith(_EGAD_DIR) or filename.startswith("<frozen")
 
 
+_OVERRIDES: list[SourceLoc] = []
+
+
+@contextlib.contextmanager
+def located_at(loc: SourceLoc):
+    """Attribute everything recorded in this block to `loc`: program transformations
+    (AD) emit code on behalf of a binding the user wrote, so that is its line."""
+    _OVERRIDES.append(loc)
+    try:
+        yield
+    finally:
+        _OVERRIDES.pop()
+
+
 def user_location() -> SourceLoc:
     """The innermost stack frame outside egad: the user's line that caused this."""
+    if _OVERRIDES:
+        return _OVERRIDES[-1]
     frame = sys._getframe(1)
     while frame is not None:
         filename = frame.f_code.co_filename

@@ -1,1 +1,4 @@
-"""Reverse-mode AD over egad's IR (IR -> IR); arrives with the AD issue (DESIGN §4)."""
+"""Reverse-mode AD over egad's IR, IR -> IR, without unrolling (DESIGN §4, docs/ad.md)."""
+from .api import grad, value_and_grad
+
+__all__ = ["grad", "value_and_grad"]

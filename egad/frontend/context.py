@@ -74,10 +74,14 @@ def current() -> RegionBuilder | None:
 
 
 @contextlib.contextmanager
-def open_region(name: str, top_level: bool = False):
-    parent = None if top_level else current()
-    if not top_level and parent is None:
-        raise AssertionError("open_region(top_level=False) outside tracing")
+def open_region(name: str, top_level: bool = False, parent: "RegionBuilder | None" = None):
+    """Record ops into a new region until the block ends. Its parent (for capturing
+    outer values) is the current region unless `parent` is given: reverse-mode AD
+    builds an adjoint body whose parent is the forward body it reads residuals from."""
+    if parent is None and not top_level:
+        parent = current()
+        if parent is None:
+            raise AssertionError("open_region(top_level=False) outside tracing")
     builder = RegionBuilder(parent, name)
     _STACK.append(builder)
     try:

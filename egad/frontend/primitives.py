@@ -47,6 +47,17 @@ def apply(op_name: str, inputs: list, attrs: dict | None = None, weak: bool = Fa
     return [Tracer(builder, v) for v in outputs]
 
 
+def record(op_name: str, inputs: list, attrs: dict, out_types: list, regions=()) -> list:
+    """Record a binding in the current region with given output types (no eager path,
+    no shape rule: for tapes and control ops that program transformations build;
+    the verifier checks them)."""
+    builder = context.current()
+    in_vars = tuple(builder.resolve(x) if is_tracer(x) else _constant_var(builder, x) for x in inputs)
+    outputs = tuple(Var(t) for t in out_types)
+    builder.bindings.append(Binding(outputs, op_name, in_vars, dict(attrs), tuple(regions), user_location()))
+    return [Tracer(builder, v) for v in outputs]
+
+
 def apply1(op_name: str, inputs: list, attrs: dict | None = None, weak: bool = False):
     (out,) = apply(op_name, inputs, attrs, weak)
     return out

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..errors import ShapeError, UnsupportedError
 from . import shapes
-from .types import TensorType, is_float, is_int
+from .types import TapeType, TensorType, is_float, is_int
 
 ImplFn = Callable[[list, dict], tuple]
 ShapeRule = Callable[[list[TensorType], dict], list[TensorType]]
@@ -99,7 +99,8 @@ def _unary_rule(kinds: str, name: str) -> ShapeRule:
 
 def _unary(name: str, fn, kinds: str, doc: str, symbol: str | None = None):
     pretty = (lambda a, _: f"{symbol}{a[0]}") if symbol else None
-    define(OpDef(name, doc, "elementwise", _one(fn), _unary_rule(kinds, name), 1, pretty))
+    define(OpDef(name, doc, "elementwise", _one(fn), _unary_rule(kinds, name), 1, pretty,
+                 differentiable=kinds != "bool"))
 
 
 _unary("neg", np.negative, "num", "-x", symbol="-")
@@ -118,6 +119,94 @@ _unary("sigmoid", lambda x: 0.5 * np.tanh(0.5 * x) + 0.5, "float", "1 / (1 + e^-
 _unary("logical_not", np.logical_not, "bool", "not x", symbol="!")
 
 
+def vjp(name: str):
+    """Attach the decorated function as `name`'s VJP (CONVENTIONS 3: it reads as a formula).
+
+    A VJP gets `(ad, inputs, outputs, cotangents, attrs)`: `ad` is egad.numpy plus
+    adjoint helpers (egad/ad/adjoint_math.py), inputs/outputs are the primal values,
+    cotangents one per output (None: symbolic zero). It returns one cotangent per
+    input, None where the input gets no gradient (ints, or a zero derivative)."""
+    def attach(fn):
+        OPS[name].vjp = fn
+        return fn
+
+    return attach
+
+
+@vjp("neg")
+def _neg_vjp(ad, ins, outs, cts, attrs):
+    """y = -x;  dx = -g"""
+    return [-cts[0]]
+
+
+@vjp("abs")
+def _abs_vjp(ad, ins, outs, cts, attrs):
+    """y = |x|;  dx = g * sign(x)"""
+    return [cts[0] * ad.sign(ins[0])]
+
+
+@vjp("sign")
+@vjp("floor")
+def _piecewise_constant_vjp(ad, ins, outs, cts, attrs):
+    """y = sign(x) or floor(x): piecewise constant;  dx = 0 (almost everywhere)"""
+    return [None]
+
+
+@vjp("exp")
+def _exp_vjp(ad, ins, outs, cts, attrs):
+    """y = e^x;  dx = g * y"""
+    return [cts[0] * outs[0]]
+
+
+@vjp("expm1")
+def _expm1_vjp(ad, ins, outs, cts, attrs):
+    """y = e^x - 1;  dx = g * (y + 1)"""
+    return [cts[0] * (outs[0] + 1)]
+
+
+@vjp("log")
+def _log_vjp(ad, ins, outs, cts, attrs):
+    """y = log x;  dx = g / x"""
+    return [cts[0] / ins[0]]
+
+
+@vjp("log1p")
+def _log1p_vjp(ad, ins, outs, cts, attrs):
+    """y = log(1 + x);  dx = g / (1 + x)"""
+    return [cts[0] / (ins[0] + 1)]
+
+
+@vjp("tanh")
+def _tanh_vjp(ad, ins, outs, cts, attrs):
+    """y = tanh x;  dx = g * (1 - y²)"""
+    return [cts[0] * (1 - outs[0] * outs[0])]
+
+
+@vjp("sin")
+def _sin_vjp(ad, ins, outs, cts, attrs):
+    """y = sin x;  dx = g * cos x"""
+    return [cts[0] * ad.cos(ins[0])]
+
+
+@vjp("cos")
+def _cos_vjp(ad, ins, outs, cts, attrs):
+    """y = cos x;  dx = -g * sin x"""
+    return [-cts[0] * ad.sin(ins[0])]
+
+
+@vjp("sqrt")
+def _sqrt_vjp(ad, ins, outs, cts, attrs):
+    """y = √x;  dx = g / (2y)"""
+    return [cts[0] / (outs[0] * 2)]
+
+
+@vjp("sigmoid")
+def _sigmoid_vjp(ad, ins, outs, cts, attrs):
+    """y = σ(x);  dx = g * y * (1 - y)"""
+    return [cts[0] * outs[0] * (1 - outs[0])]
+
+
+
 def _binary_rule(kinds: str, name: str, out_dtype: str | None = None) -> ShapeRule:
     def rule(types, attrs):
         a, b = types
@@ -131,7 +220,7 @@ def _binary_rule(kinds: str, name: str, out_dtype: str | None = None) -> ShapeRu
 def _binary(name: str, fn, kinds: str, doc: str, symbol: str | None = None, out_dtype: str | None = None):
     pretty = (lambda a, _: f"{a[0]} {symbol} {a[1]}") if symbol else None
     define(OpDef(name, doc, "elementwise", _one(fn), _binary_rule(kinds, name, out_dtype), 2, pretty,
-                 differentiable=out_dtype != "bool"))
+                 differentiable=out_dtype != "bool" and kinds != "bool"))
 
 
 _binary("add", np.add, "num", "a + b", "+")
@@ -154,6 +243,71 @@ _binary("gt", np.greater, "any", "a > b", ">", out_dtype="bool")
 _binary("ge", np.greater_equal, "any", "a >= b", ">=", out_dtype="bool")
 
 
+@vjp("add")
+def _add_vjp(ad, ins, outs, cts, attrs):
+    """y = a + b;  da = g, db = g (each summed over the axes it was broadcast along)"""
+    g = cts[0]
+    return [ad.unbroadcast(g, ins[0]), ad.unbroadcast(g, ins[1])]
+
+
+@vjp("sub")
+def _sub_vjp(ad, ins, outs, cts, attrs):
+    """y = a - b;  da = g, db = -g"""
+    g = cts[0]
+    return [ad.unbroadcast(g, ins[0]), ad.unbroadcast(-g, ins[1])]
+
+
+@vjp("mul")
+def _mul_vjp(ad, ins, outs, cts, attrs):
+    """y = a * b;  da = g * b, db = g * a"""
+    a, b = ins
+    g = cts[0]
+    return [ad.unbroadcast(g * b, a), ad.unbroadcast(g * a, b)]
+
+
+@vjp("div")
+def _div_vjp(ad, ins, outs, cts, attrs):
+    """y = a / b;  da = g / b, db = -g * y / b"""
+    a, b = ins
+    g = cts[0]
+    return [ad.unbroadcast(g / b, a), ad.unbroadcast(-g * outs[0] / b, b)]
+
+
+@vjp("floordiv")
+def _floordiv_vjp(ad, ins, outs, cts, attrs):
+    """y = floor(a / b): piecewise constant;  da = db = 0 (almost everywhere)"""
+    return [None, None]
+
+
+@vjp("mod")
+def _mod_vjp(ad, ins, outs, cts, attrs):
+    """y = a - b * floor(a / b);  da = g, db = -g * floor(a / b)"""
+    a, b = ins
+    g = cts[0]
+    return [ad.unbroadcast(g, a), ad.unbroadcast(-g * ad.floor(a / b), b)]
+
+
+@vjp("pow")
+def _pow_vjp(ad, ins, outs, cts, attrs):
+    """y = a ** b;  da = g * b * a ** (b - 1) (0 where b = 0), db = g * y * log a (0 where a <= 0)"""
+    a, b = ins
+    g = cts[0]
+    da = ad.where(b == 0, 0, g * b * a ** (b - 1))
+    db = ad.where(a > 0, g * outs[0] * ad.log(ad.where(a > 0, a, 1)), 0)
+    return [ad.unbroadcast(da, a), ad.unbroadcast(db, b)]
+
+
+@vjp("maximum")
+@vjp("minimum")
+def _extremum_vjp(ad, ins, outs, cts, attrs):
+    """y = max(a, b) (or min);  the chosen side gets g, a tie splits it in half"""
+    a, b = ins
+    g = cts[0]
+    a_share = ad.where(a == b, 0.5, ad.where(a == outs[0], 1.0, 0.0)).astype(g.dtype)
+    return [ad.unbroadcast(g * a_share, a), ad.unbroadcast(g * (1 - a_share), b)]
+
+
+
 def _select_rule(types, attrs):
     pred, a, b = types
     _require(pred.dtype == "bool", f"select needs a bool predicate, got {pred}")
@@ -165,6 +319,15 @@ def _select_rule(types, attrs):
 define(OpDef("select", "pred ? a : b elementwise", "elementwise", _one(np.where), _select_rule, 3))
 
 
+@vjp("select")
+def _select_vjp(ad, ins, outs, cts, attrs):
+    """y = p ? a : b;  da = p ? g : 0, db = p ? 0 : g"""
+    pred, a, b = ins
+    g = cts[0]
+    return [None, ad.unbroadcast(ad.where(pred, g, 0), a), ad.unbroadcast(ad.where(pred, 0, g), b)]
+
+
+
 def _cast_rule(types, attrs):
     return [TensorType(types[0].shape, attrs["dtype"])]
 
@@ -174,6 +337,14 @@ define(OpDef("cast", "convert to attrs.dtype", "elementwise",
              lambda inputs, attrs: (np.asarray(inputs[0]).astype(attrs["dtype"]),), _cast_rule, 1))
 
 
+@vjp("cast")
+def _cast_vjp(ad, ins, outs, cts, attrs):
+    """y = float(x) of a float x;  dx = g in x's dtype (no gradient through ints)"""
+    source = ins[0].type.dtype
+    return [cts[0].astype(source) if is_float(source) and is_float(attrs["dtype"]) else None]
+
+
+
 def _identity_rule(types, attrs):
     return [TensorType(types[0].shape, types[0].dtype)]
 
@@ -181,6 +352,13 @@ def _identity_rule(types, attrs):
 # stop_gradient: the value of x; its adjoint is zero by definition, not by omission.
 define(OpDef("stop_gradient", "x, with no gradient flowing back", "misc",
              lambda inputs, attrs: (inputs[0],), _identity_rule, 1))
+
+
+@vjp("stop_gradient")
+def _stop_gradient_vjp(ad, ins, outs, cts, attrs):
+    """y = x;  dx = 0 by definition"""
+    return [None]
+
 
 
 # --- linear algebra ----------------------------------------------------------------
@@ -200,6 +378,25 @@ def _matmul_rule(types, attrs):
 
 define(OpDef("matmul", "numpy's a @ b (batched, 1-D operands promoted)", "linalg",
              _one(np.matmul), _matmul_rule, 2, lambda a, _: f"{a[0]} @ {a[1]}"))
+
+
+@vjp("matmul")
+def _matmul_vjp(ad, ins, outs, cts, attrs):
+    """y = a @ b;  da = g @ bᵀ, db = aᵀ @ g (batch axes summed where broadcast; 1-D
+    operands handled as a row / column)"""
+    a, b = ins
+    g = cts[0]
+    a2 = a[None, :] if a.ndim == 1 else a
+    b2 = b[:, None] if b.ndim == 1 else b
+    g2 = g
+    if b.ndim == 1:
+        g2 = ad.expand_dims(g2, -1)
+    if a.ndim == 1:
+        g2 = ad.expand_dims(g2, -2)
+    da = ad.unbroadcast(g2 @ ad.swapaxes(b2, -1, -2), a2)
+    db = ad.unbroadcast(ad.swapaxes(a2, -1, -2) @ g2, b2)
+    return [ad.reshape(da, a.shape) if a.ndim == 1 else da, ad.reshape(db, b.shape) if b.ndim == 1 else db]
+
 
 
 def parse_einsum(spec: str, ranks: list[int]) -> tuple[list[str], str]:
@@ -240,6 +437,26 @@ define(OpDef("einsum", "numpy's einsum(attrs.spec, *operands)", "linalg",
              lambda inputs, attrs: (np.asarray(np.einsum(attrs["spec"], *inputs)),), _einsum_rule, None))
 
 
+@vjp("einsum")
+def _einsum_vjp(ad, ins, outs, cts, attrs):
+    """y = einsum(spec, *xs);  dx_k = einsum(out, *others -> term_k)(g, *others),
+    broadcast along axes only x_k has (sums over them in the forward)"""
+    terms, output = parse_einsum(attrs["spec"], [x.ndim for x in ins])
+    g = cts[0]
+    grads = []
+    for k, term in enumerate(terms):
+        if len(set(term)) != len(term):
+            ad.unsupported(f"the gradient of einsum {attrs['spec']!r} (a repeated index in one operand)")
+        others = [(t, x) for j, (t, x) in enumerate(zip(terms, ins)) if j != k]
+        present = set(output).union(*(set(t) for t, _ in others))
+        kept = "".join(c for c in term if c in present)
+        spec = ",".join([output] + [t for t, _ in others]) + "->" + kept
+        partial = ad.einsum(spec, g, *[x for _, x in others])
+        grads.append(ad.expand_to_term(partial, kept, term, ins[k]))
+    return grads
+
+
+
 # --- shape -------------------------------------------------------------------------
 
 def _transpose_rule(types, attrs):
@@ -251,6 +468,14 @@ def _transpose_rule(types, attrs):
 
 define(OpDef("transpose", "permute axes by attrs.perm", "shape",
              lambda inputs, attrs: (np.transpose(inputs[0], attrs["perm"]),), _transpose_rule, 1))
+
+
+@vjp("transpose")
+def _transpose_vjp(ad, ins, outs, cts, attrs):
+    """y = transpose(x, perm);  dx = transpose(g, perm⁻¹)"""
+    inverse = tuple(int(p) for p in np.argsort(attrs["perm"]))
+    return [ad.transpose(cts[0], inverse)]
+
 
 
 def _dynamic_sizes_ok(types, shape, op: str):
@@ -290,6 +515,13 @@ def _reshape_impl(inputs, attrs):
 define(OpDef("reshape", "reshape to attrs.shape (C order)", "shape", _reshape_impl, _reshape_rule, None))
 
 
+@vjp("reshape")
+def _reshape_vjp(ad, ins, outs, cts, attrs):
+    """y = reshape(x);  dx = reshape(g, x.shape)"""
+    return [ad.reshape(cts[0], ins[0].shape)] + [None] * (len(ins) - 1)
+
+
+
 def _broadcast_rule(types, attrs):
     x, *sizes = types
     shape = tuple(attrs["shape"])
@@ -301,6 +533,13 @@ def _broadcast_rule(types, attrs):
 define(OpDef("broadcast_to", "numpy's broadcast_to(x, attrs.shape)", "shape",
              lambda inputs, attrs: (np.broadcast_to(inputs[0], concrete_shape(attrs["shape"], inputs[1:])).copy(),),
              _broadcast_rule, None))
+
+
+@vjp("broadcast_to")
+def _broadcast_to_vjp(ad, ins, outs, cts, attrs):
+    """y = broadcast_to(x);  dx = g summed over the broadcast axes"""
+    return [ad.unbroadcast(cts[0], ins[0])] + [None] * (len(ins) - 1)
+
 
 
 def _concat_rule(types, attrs):
@@ -328,6 +567,23 @@ define(OpDef("concat", "numpy's concatenate(operands, attrs.axis)", "shape",
              lambda inputs, attrs: (np.concatenate(inputs, axis=attrs["axis"]),), _concat_rule, None))
 
 
+@vjp("concat")
+def _concat_vjp(ad, ins, outs, cts, attrs):
+    """y = concatenate(xs, axis);  dx_k = the slice of g where x_k sits"""
+    axis, g = attrs["axis"], cts[0]
+    grads, start = [], 0
+    for x in ins:
+        size = x.type.shape[axis]
+        if not isinstance(size, int) or not isinstance(start, int):
+            ad.unsupported("the gradient of concatenate along a symbolic axis")
+        index = [slice(None)] * x.ndim
+        index[axis] = slice(start, start + size)
+        grads.append(g[tuple(index)])
+        start += size
+    return grads
+
+
+
 def _slice_rule(types, attrs):
     (x,) = types
     index = attrs["index"]
@@ -337,6 +593,13 @@ def _slice_rule(types, attrs):
 
 define(OpDef("slice", "x[start:stop:step, ...] with static bounds per axis", "shape",
              lambda inputs, attrs: (inputs[0][tuple(slice(*s) for s in attrs["index"])].copy(),), _slice_rule, 1))
+
+
+@vjp("slice")
+def _slice_vjp(ad, ins, outs, cts, attrs):
+    """y = x[s];  dx = zeros like x with g written at s (one scatter-add per sliced axis)"""
+    return [ad.unslice(cts[0], ins[0], attrs["index"])]
+
 
 
 # --- reductions --------------------------------------------------------------------
@@ -360,7 +623,7 @@ def _reduce(name: str, fn, kinds: str, doc: str, out_dtype: str | None = None):
         return (np.asarray(result).astype(out_dtype or inputs[0].dtype, copy=False),)
 
     define(OpDef(name, doc, "reduction", impl, _reduce_rule(name, kinds, out_dtype), 1,
-                 differentiable=out_dtype != "bool"))
+                 differentiable=kinds != "bool"))
 
 
 _reduce("reduce_sum", np.sum, "num", "sum over attrs.axes")
@@ -369,6 +632,34 @@ _reduce("reduce_max", np.max, "num", "max over attrs.axes")
 _reduce("reduce_min", np.min, "num", "min over attrs.axes")
 _reduce("reduce_any", np.any, "bool", "logical or over attrs.axes")
 _reduce("reduce_all", np.all, "bool", "logical and over attrs.axes")
+
+
+@vjp("reduce_sum")
+def _sum_vjp(ad, ins, outs, cts, attrs):
+    """y = sum(x, axes);  dx = g broadcast back over axes"""
+    return [ad.expand_reduced(cts[0], ins[0], attrs["axes"], attrs["keepdims"])]
+
+
+@vjp("reduce_mean")
+def _mean_vjp(ad, ins, outs, cts, attrs):
+    """y = mean(x, axes);  dx = g broadcast back over axes / count"""
+    x = ins[0]
+    count = 1
+    for axis in attrs["axes"]:
+        count = count * x.shape[axis]
+    return [ad.expand_reduced(cts[0], x, attrs["axes"], attrs["keepdims"]) / count]
+
+
+@vjp("reduce_max")
+@vjp("reduce_min")
+def _extremum_reduce_vjp(ad, ins, outs, cts, attrs):
+    """y = max(x, axes) (or min);  dx = g at the extremal entries, shared equally by ties"""
+    x = ins[0]
+    axes, keepdims = attrs["axes"], attrs["keepdims"]
+    hit = (x == ad.expand_reduced(outs[0], x, axes, keepdims)).astype(x.dtype)
+    share = hit / ad.sum(hit, axis=axes, keepdims=True)
+    return [ad.expand_reduced(cts[0], x, axes, keepdims) * share]
+
 
 
 def _argmax_rule(types, attrs):
@@ -425,6 +716,30 @@ define(OpDef("logsumexp", "log(sum(exp(x))) over attrs.axes, computed stably", "
              _reduce_rule("logsumexp", "float"), 1))
 
 
+@vjp("softmax")
+def _softmax_vjp(ad, ins, outs, cts, attrs):
+    """y = softmax(x);  dx = y * (g - Σ g·y) along the axis"""
+    y, g = outs[0], cts[0]
+    return [y * (g - ad.sum(g * y, axis=attrs["axis"], keepdims=True))]
+
+
+@vjp("log_softmax")
+def _log_softmax_vjp(ad, ins, outs, cts, attrs):
+    """y = x - logsumexp(x);  dx = g - exp(y) * Σ g along the axis"""
+    y, g = outs[0], cts[0]
+    return [g - ad.exp(y) * ad.sum(g, axis=attrs["axis"], keepdims=True)]
+
+
+@vjp("logsumexp")
+def _logsumexp_vjp(ad, ins, outs, cts, attrs):
+    """y = log Σ exp(x);  dx = g * exp(x - y) (g and y broadcast back over the axes)"""
+    x = ins[0]
+    axes, keepdims = attrs["axes"], attrs["keepdims"]
+    y = ad.expand_reduced(outs[0], x, axes, keepdims)
+    return [ad.expand_reduced(cts[0], x, axes, keepdims) * ad.exp(x - y)]
+
+
+
 def _top_k_rule(types, attrs):
     (x,) = types
     k = attrs["k"]
@@ -445,6 +760,17 @@ def _top_k(inputs, attrs):
 
 define(OpDef("top_k", "the k largest along the last axis, descending, and their indices", "nn",
              _top_k, _top_k_rule, 1, differentiable=True))
+
+
+@vjp("top_k")
+def _top_k_vjp(ad, ins, outs, cts, attrs):
+    """values, indices = top_k(x);  dx[..., j] = Σ_k g[..., k] · [indices[..., k] = j]"""
+    x, g = ins[0], cts[0]
+    if g is None:
+        return [None]
+    picked = ad.one_hot(outs[1], x.type.shape[-1], dtype=x.dtype)  # (..., k, n)
+    return [ad.sum(ad.expand_dims(g, -1) * picked, axis=-2)]
+
 
 
 # --- indexing ----------------------------------------------------------------------
@@ -481,6 +807,15 @@ def _take_impl(inputs, attrs):
 define(OpDef("take", "x[..., i, ...] along attrs.axis, i any int array", "index", _take_impl, _take_rule, 2))
 
 
+@vjp("take")
+def _take_vjp(ad, ins, outs, cts, attrs):
+    """y = take(x, i, axis);  dx = index_add(0, i, g, axis) — kept as sparse rows inside
+    loops so an invariant x gets one scatter-add after the loop (DESIGN §4)"""
+    x, index = ins
+    return [ad.sparse_rows(x, index, cts[0], attrs["axis"]), None]
+
+
+
 def _update_rule(types, attrs):
     x, index, value = types
     _require(is_int(index.dtype) and index.ndim == 0, f"update needs an int scalar index, got {index}")
@@ -498,6 +833,15 @@ def _update_impl(inputs, attrs):
 
 # update(x, i, v): x with row i replaced by v (functional; x.at[i].set(v)).
 define(OpDef("update", "x with row i (axis 0) set to v", "index", _update_impl, _update_rule, 3))
+
+
+@vjp("update")
+def _update_vjp(ad, ins, outs, cts, attrs):
+    """y = x with row i set to v;  dx = g with row i zeroed, dv = g[i]"""
+    x, index, value = ins
+    g = cts[0]
+    return [g.at[index].set(0), None, ad.take(g, index, axis=0)]
+
 
 
 def _index_add_rule(types, attrs):
@@ -523,6 +867,14 @@ def _index_add_impl(inputs, attrs):
 # index_add(x, i, v): scatter-add (duplicates accumulate); the VJP of take.
 define(OpDef("index_add", "x with v added at indices i along attrs.axis", "index",
              _index_add_impl, _index_add_rule, 3))
+
+
+@vjp("index_add")
+def _index_add_vjp(ad, ins, outs, cts, attrs):
+    """y = x + scatter(i, v);  dx = g, dv = take(g, i)"""
+    g = cts[0]
+    return [g, None, ad.take(g, ins[1], axis=attrs["axis"])]
+
 
 
 def _dim_rule(types, attrs):
@@ -582,6 +934,39 @@ def _const_pretty(args, attrs):
 
 define(OpDef("const", "a literal array (attrs.value)", "creation",
              lambda inputs, attrs: (attrs["value"],), _const_rule, 0, _const_pretty, differentiable=False))
+
+
+# --- tapes ---------------------------------------------------------------------------
+# Reverse-mode AD's per-iteration residuals: a LIFO stack per residual, threaded
+# through loops as state. Tapes are opaque to algebraic rewrites; the interpreter
+# runs them (egad/interp.py) and accounts their bytes.
+
+def _tape_alloc_rule(types, attrs):
+    _require(not types, "tape_alloc takes no inputs")
+    return [TapeType(attrs["elem"])]
+
+
+def _tape_push_rule(types, attrs):
+    tape, value = types
+    _require(isinstance(tape, TapeType) and tape.elem.same_as(value),
+             f"tape_push of {value} onto {tape}")
+    return [tape]
+
+
+def _tape_pop_rule(types, attrs):
+    (tape,) = types
+    _require(isinstance(tape, TapeType), f"tape_pop from {tape}, which is not a tape")
+    return [TensorType(tape.elem.shape, tape.elem.dtype), tape]
+
+
+define(OpDef("tape_alloc", "an empty tape of attrs.elem values", "tape", None, _tape_alloc_rule, 0,
+             differentiable=False))
+define(OpDef("tape_push", "the tape with value pushed on top", "tape", None, _tape_push_rule, 2,
+             differentiable=False))
+define(OpDef("tape_pop", "the top value, and the tape without it", "tape", None, _tape_pop_rule, 1,
+             differentiable=False))
+
+TAPE_OPS = frozenset({"tape_alloc", "tape_push", "tape_pop"})
 
 
 # --- control flow ------------------------------------------------------------------

@@ -74,11 +74,42 @@ class TensorType:
 
     def same_as(self, other: "TensorType") -> bool:
         """Equal shape and dtype (weakness ignored)."""
-        return self.shape == other.shape and self.dtype == other.dtype
+        return isinstance(other, TensorType) and self.shape == other.shape and self.dtype == other.dtype
 
     def __str__(self) -> str:
         dims = ",".join(str(d) for d in self.shape)
         return f"{_SHORT[self.dtype]}[{dims}]" + ("~" if self.weak else "")
+
+
+@dataclasses.dataclass(frozen=True)
+class TapeType:
+    """A last-in-first-out stack of values of type `elem`: where reverse-mode AD keeps
+    a loop's per-iteration residuals (DESIGN §4). Pushing and popping are ops
+    (`tape_push`, `tape_pop`); a tape is threaded through loops as state."""
+
+    elem: TensorType
+    weak: bool = dataclasses.field(default=False, compare=False)
+
+    @property
+    def shape(self):  # a tape has no array shape; the verifier compares whole types
+        return ("tape",)
+
+    @property
+    def dtype(self) -> str:
+        return self.elem.dtype
+
+    @property
+    def ndim(self) -> int:
+        return -1
+
+    def with_weak(self, weak: bool) -> "TapeType":
+        return self
+
+    def same_as(self, other) -> bool:
+        return isinstance(other, TapeType) and self.elem.same_as(other.elem)
+
+    def __str__(self) -> str:
+        return f"tape<{self.elem}>"
 
 
 def scalar(dtype: str, weak: bool = False) -> TensorType:

@@ -84,8 +84,13 @@ def _same_types(got: list[TensorType], want: list[TensorType]) -> bool:
     return len(got) == len(want) and all(g.same_as(w) for g, w in zip(got, want))
 
 
+def _strong(t):
+    """The type without its weak flag (tapes have none)."""
+    return TensorType(t.shape, t.dtype) if isinstance(t, TensorType) else t
+
+
 def _is_scalar(t: TensorType, kind: str) -> bool:
-    return t.ndim == 0 and (t.dtype == "bool" if kind == "bool" else is_int(t.dtype))
+    return isinstance(t, TensorType) and t.ndim == 0 and (t.dtype == "bool" if kind == "bool" else is_int(t.dtype))
 
 
 def control_result_types(binding: Binding) -> list[TensorType]:
@@ -108,7 +113,7 @@ def control_result_types(binding: Binding) -> list[TensorType]:
                  f"branch {branch.name!r} params {_show(branch.param_types)} differ from operands {_show(operand_types)}")
             need(_same_types(branch.result_types, outs),
                  f"branch {branch.name!r} returns {_show(branch.result_types)}, another returns {_show(outs)}")
-        return [TensorType(t.shape, t.dtype) for t in outs]
+        return [_strong(t) for t in outs]
 
     if name == "for":
         n_state = binding.attrs["n_state"]
@@ -123,7 +128,7 @@ def control_result_types(binding: Binding) -> list[TensorType]:
              f"loop state changes type: in {_show(state)}, out {_show(body.result_types[:n_state])}")
         trip_dim = binding.attrs["trip_dim"]
         ys = [TensorType((trip_dim,) + t.shape, t.dtype) for t in body.result_types[n_state:]]
-        return [TensorType(t.shape, t.dtype) for t in state] + ys
+        return [_strong(t) for t in state] + ys
 
     if name == "while":
         n_state = binding.attrs["n_state"]
@@ -137,6 +142,6 @@ def control_result_types(binding: Binding) -> list[TensorType]:
              f"while condition must return one bool scalar, got {_show(cond.result_types)}")
         need(_same_types(body.result_types, state),
              f"loop state changes type: in {_show(state)}, out {_show(body.result_types)}")
-        return [TensorType(t.shape, t.dtype) for t in state]
+        return [_strong(t) for t in state]
 
     _fail(f"unknown control op {name!r}", binding)
