@@ -102,7 +102,8 @@ class Activity:
             state = new
         first_state = 2 if op == "for" else 0
         for k, var in enumerate(binding.inputs[first_state:]):
-            if body.params[offset + k].uid in self.useful:
+            # a state slot's initial value reaches its output directly when the loop runs zero times
+            if (k < n_state and state[k]) or body.params[offset + k].uid in self.useful:
                 self.useful.add(var.uid)
 
 
@@ -119,4 +120,5 @@ def loop_slot_active(activity: Activity, binding: Binding, k: int) -> bool:
     for every iteration alike."""
     body = binding.regions[-1]
     offset = 1 if binding.op == "for" else 0
-    return body.params[offset + k].uid in activity.varied and body.results[k].uid in activity.useful
+    varied = body.params[offset + k].uid in activity.varied
+    return varied and (body.results[k].uid in activity.useful or binding.outputs[k].uid in activity.useful)

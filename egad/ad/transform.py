@@ -229,10 +229,10 @@ class ForwardRegion:
                 backward = BackwardRegion(self.grad, bb, TapeThread(bb, top_level=False), forward)
                 cts: dict[int, list] = {}
                 for k, param in zip(active_slots, state_cts):
-                    accumulate(cts, old.results[k], Tracer(bb, param))
+                    backward.add(cts, old.results[k], Tracer(bb, param))
                 for j, param in zip(active_ys, ys_cts):
                     row = enp.take(Tracer(bb, param), Tracer(bb, adjoint_counter) - Tracer(bb, lo_param), axis=0)
-                    accumulate(cts, old.results[n_state + j], row)
+                    backward.add(cts, old.results[n_state + j], row)
                 backward.run(old.bindings, cts)
                 next_state_cts = [backward.dense(cts, old_state[k], forward.value(old_state[k])) for k in active_slots]
                 accumulated, accumulators, sums, sparse, sparse_results = [], [], [], [], []
@@ -316,7 +316,7 @@ class ForwardRegion:
                     backward = BackwardRegion(self.grad, bb, TapeThread(bb, top_level=False), forward)
                     cts: dict[int, list] = {}
                     for j, param in zip(active_outputs, out_cts):
-                        accumulate(cts, old.results[j], Tracer(bb, param))
+                        backward.add(cts, old.results[j], Tracer(bb, param))
                     backward.run(old.bindings, cts)
                     operand_cts = [bb.resolve(to_tracer(backward.dense(cts, old.params[k], forward.value(old.params[k]))))
                                    for k in active_operands]
@@ -404,8 +404,13 @@ class BackwardRegion:
         outs = [self.forward.value(v) for v in binding.outputs]
         grads = op.vjp(math, ins, outs, out_cts, binding.attrs)
         for var, g in zip(binding.inputs, grads):
-            if g is not None and self.grad.activity.is_active(var):
-                accumulate(cts, var, g)
+            if g is not None:
+                self.add(cts, var, g)
+
+    def add(self, cts, var: Var, contribution):
+        """Accumulate a cotangent contribution to `var`, if `var` carries an adjoint."""
+        if self.grad.activity.is_active(var):
+            accumulate(cts, var, contribution)
 
     def dense(self, cts, var: Var, like, zero_if_none: bool = True):
         """The summed cotangent of `var` (consumed), or zeros like it (or None)."""
@@ -460,10 +465,10 @@ class BackwardRegion:
                          [t for t in body.result_types[:n_carry]] + ys_types, (clone_region(body),))
         position = 0
         for k in adjoint.active_slots:
-            accumulate(cts, state_inputs[k], outputs[position])
+            self.add(cts, state_inputs[k], outputs[position])
             position += 1
         for p in adjoint.accumulated:
-            accumulate(cts, invariant_inputs[p], outputs[position])
+            self.add(cts, invariant_inputs[p], outputs[position])
             position += 1
         for slot in adjoint.slots:
             self.tapes.set(slot, outputs[position])
@@ -471,7 +476,7 @@ class BackwardRegion:
         for p in adjoint.sparse:
             index, values = outputs[position], outputs[position + 1]
             position += 2
-            accumulate(cts, invariant_inputs[p], SparseRows(forward.value(invariant_inputs[p]), index, values, 0))
+            self.add(cts, invariant_inputs[p], SparseRows(forward.value(invariant_inputs[p]), index, values, 0))
 
     def _branch(self, binding: Binding, adjoint: _BranchAdjoint, cts):
         forward = self.forward
@@ -484,7 +489,7 @@ class BackwardRegion:
                          [TensorType(t.shape, t.dtype) if isinstance(t, TensorType) else t for t in out_types],
                          tuple(clone_region(r) for r in adjoint.branches))
         for k, ct in zip(adjoint.active_operands, outputs):
-            accumulate(cts, binding.inputs[1 + k], ct)
+            self.add(cts, binding.inputs[1 + k], ct)
         for slot, tape in zip(adjoint.slots, outputs[len(adjoint.active_operands):]):
             self.tapes.set(slot, tape)
 
