@@ -9,6 +9,7 @@ from ..frontend.tracer import Tracer
 from ..ir import ops
 from ..ir.program import ArgSignature, Program, Region, Var, walk_bindings
 from ..ir.types import is_float
+from ..ir.dce import eliminate_dead_code
 from ..ir.verify import verify
 from ..pytree import TreeDef, leaf_paths
 from .activity import analyze
@@ -107,7 +108,7 @@ def _differentiate(program: Program, wrt, has_aux: bool, with_value: bool) -> Pr
     result = Program(Region(tuple(params), top.bindings, tuple(out_leaves), "program"),
                      program.signature, out_tree,
                      name=f"{'value_and_grad' if with_value else 'grad'}_{program.name}", loc=program.loc)
-    return verify(result)
+    return verify(eliminate_dead_code(result))
 
 
 def _leaf_offsets(signature: ArgSignature) -> list[tuple[int, int] | None]:
