@@ -85,3 +85,14 @@ def test_loop_invariant_gather_is_one_scatter_add_after_the_loop():
     assert top_level.count("index_add") == 1  # after the adjoint loop
     adjoint_body = _adjoint_loop(grad).regions[0]
     assert not any(b.op in ("index_add", "update") for b in walk_bindings(adjoint_body))
+
+
+def test_an_op_without_a_gradient_is_refused_with_its_line():
+    def f(x):
+        return enp.einsum("ii->", x)  # a trace: its VJP would need a diagonal scatter
+
+    import pytest
+
+    with pytest.raises(egad.UnsupportedError) as info:
+        egad.grad(egad.trace(f, W))
+    assert "einsum" in str(info.value) and "test_redundancy.py" in str(info.value)

@@ -5,6 +5,8 @@ import pathlib
 import re
 import runpy
 
+import pytest
+
 from egad.ir.ops import OPS
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -16,12 +18,16 @@ def test_every_op_is_documented():
     assert not missing, f"ops missing from docs/ir.md's table: {missing}"
 
 
-def test_readme_python_blocks_run(tmp_path):
-    text = (ROOT / "README.md").read_text()
+DOCUMENTS = ["README.md", "docs/ad.md"]
+
+
+@pytest.mark.parametrize("document", DOCUMENTS)
+def test_python_blocks_in_docs_run(document, tmp_path):
+    text = (ROOT / document).read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
-    assert blocks, "README has no python example"
+    assert blocks, f"{document} has no python example"
     for k, block in enumerate(blocks):
-        script = tmp_path / f"readme_{k}.py"
+        script = tmp_path / f"block_{k}.py"
         script.write_text(block)
         runpy.run_path(str(script), run_name="__main__")
 
