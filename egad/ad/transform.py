@@ -97,6 +97,23 @@ class _LoopAdjoint:
 
 
 @dataclasses.dataclass
+class _BuiltBranch:
+    """One branch's forward and adjoint regions under construction."""
+
+    name: str
+    fb: context.RegionBuilder
+    forward: "ForwardRegion"
+    params: list
+    results: list
+    bb: context.RegionBuilder
+    backward: "BackwardRegion"
+    operand_stand_ins: list
+    out_cts: list
+    operand_cts: list
+    pops: list
+
+
+@dataclasses.dataclass
 class _BranchAdjoint:
     branches: tuple[Region, ...]
     slots: list[TapeSlot]
@@ -250,22 +267,9 @@ class ForwardRegion:
 
             # Sort the adjoint body's captures: counter and invariants pass through,
             # everything else is a residual, taped here and popped there.
-            residuals = [(outer, inner) for outer, inner in bb.captures.values()
-                         if inner is not adjoint_counter and inner not in adjoint_invariants]
-            own_slots = []
-            for outer, inner in residuals:
-                slot = TapeSlot(TensorType(outer.type.shape, outer.type.dtype), outer.hint or "r")
-                own_slots.append(slot)
-                (pushed,) = record("tape_push", [forward.tapes.get(slot), Tracer(fb, outer)], {},
-                                   [TapeType(slot.elem)])
-                forward.tapes.set(slot, pushed)
+            passed = {adjoint_counter.uid} | {v.uid for v in adjoint_invariants}
+            pops = _tape_residuals(fb, forward, bb, backward, passed, binding.loc)
             slots = list(forward.tapes.current)  # nested loops' tapes, then this loop's own
-            pops = []
-            for slot, (outer, inner) in zip(own_slots, residuals):
-                tape_in = backward.tapes.get(slot)
-                tape_out = Var(TapeType(slot.elem), f"tape.{slot.label}")
-                pops.append(Binding((inner, tape_out), "tape_pop", (bb.resolve(tape_in),), {}, (), binding.loc))
-                backward.tapes.set(slot, Tracer(bb, tape_out))
             adjoint_tape_params = [backward.tapes.param_for(s) for s in slots]
             adjoint_tape_results = [backward.tapes.result_for(s) for s in slots]
 
@@ -320,35 +324,23 @@ class ForwardRegion:
                     backward.run(old.bindings, cts)
                     operand_cts = [bb.resolve(to_tracer(backward.dense(cts, old.params[k], forward.value(old.params[k]))))
                                    for k in active_operands]
-                residuals = [(outer, inner) for outer, inner in bb.captures.values() if inner not in operand_stand_ins]
-                own_slots = []
-                for outer, inner in residuals:
-                    slot = TapeSlot(TensorType(outer.type.shape, outer.type.dtype), outer.hint or "r")
-                    own_slots.append(slot)
-                    (pushed,) = record("tape_push", [forward.tapes.get(slot), Tracer(fb, outer)], {},
-                                       [TapeType(slot.elem)])
-                    forward.tapes.set(slot, pushed)
-                pops = []
-                for slot, (outer, inner) in zip(own_slots, residuals):
-                    tape_out = Var(TapeType(slot.elem), f"tape.{slot.label}")
-                    pops.append(Binding((inner, tape_out), "tape_pop", (bb.resolve(backward.tapes.get(slot)),), {}, (),
-                                        binding.loc))
-                    backward.tapes.set(slot, Tracer(bb, tape_out))
+                pops = _tape_residuals(fb, forward, bb, backward, {v.uid for v in operand_stand_ins}, binding.loc)
                 results = [fb.resolve(forward.value(r)) for r in old.results]
-                built.append((old, fb, forward, params, results, bb, backward, operand_stand_ins, out_cts,
-                              operand_cts, pops))
+                built.append(_BuiltBranch(old.name, fb, forward, params, results, bb, backward, operand_stand_ins,
+                                          out_cts, operand_cts, pops))
 
-        slots: list[TapeSlot] = []
-        for item in built:
-            slots += [s for s in item[2].tapes.current if s not in slots]
+        slots: list[TapeSlot] = []  # the union of every branch's tapes; a branch passes the others through
+        for branch in built:
+            slots += [s for s in branch.forward.tapes.current if s not in slots]
         forward_regions, adjoint_regions = [], []
-        for old, fb, forward, params, results, bb, backward, stand_ins, out_cts, operand_cts, pops in built:
+        for b in built:
             forward_regions.append(Region(
-                tuple(params + [forward.tapes.param_for(s) for s in slots]), fb.bindings,
-                tuple(results + [forward.tapes.result_for(s) for s in slots]), old.name))
+                tuple(b.params + [b.forward.tapes.param_for(s) for s in slots]), b.fb.bindings,
+                tuple(b.results + [b.forward.tapes.result_for(s) for s in slots]), b.name))
             adjoint_regions.append(Region(
-                tuple(out_cts + [backward.tapes.param_for(s) for s in slots] + stand_ins), pops + bb.bindings,
-                tuple(operand_cts + [backward.tapes.result_for(s) for s in slots]), f"{old.name}_adjoint"))
+                tuple(b.out_cts + [b.backward.tapes.param_for(s) for s in slots] + b.operand_stand_ins),
+                b.pops + b.bb.bindings,
+                tuple(b.operand_cts + [b.backward.tapes.result_for(s) for s in slots]), f"{b.name}_adjoint"))
         tapes = [self.tapes.get(s) for s in slots]
         out_types = [v.type for v in binding.outputs]
         outputs = record(binding.op, [selector, *operands, *tapes], {},
@@ -492,6 +484,26 @@ class BackwardRegion:
             self.add(cts, binding.inputs[1 + k], ct)
         for slot, tape in zip(adjoint.slots, outputs[len(adjoint.active_operands):]):
             self.tapes.set(slot, tape)
+
+
+def _tape_residuals(fb, forward: ForwardRegion, bb, backward: "BackwardRegion", passed: set[int],
+                    loc) -> list[Binding]:
+    """Tape the forward values the adjoint body `bb` captured from the forward body
+    `fb`, except the captures in `passed` (counter, invariants, operands), which
+    reach the adjoint directly. Each residual gets its own tape: pushed at the end
+    of the forward body, popped (into the captured var) at the start of the adjoint
+    body. Returns the pop bindings to put first in the adjoint body."""
+    pops = []
+    for outer, inner in list(bb.captures.values()):
+        if inner.uid in passed:
+            continue
+        slot = TapeSlot(TensorType(outer.type.shape, outer.type.dtype), outer.hint or "r")
+        (pushed,) = record("tape_push", [forward.tapes.get(slot), Tracer(fb, outer)], {}, [TapeType(slot.elem)])
+        forward.tapes.set(slot, pushed)
+        tape_out = Var(TapeType(slot.elem), f"tape.{slot.label}")
+        pops.append(Binding((inner, tape_out), "tape_pop", (bb.resolve(backward.tapes.get(slot)),), {}, (), loc))
+        backward.tapes.set(slot, Tracer(bb, tape_out))
+    return pops
 
 
 def accumulate(cts: dict[int, list], var: Var, contribution):
