@@ -17,6 +17,7 @@ from .errors import (
     ShapeError, TracerConversionError, TracerLeakError, UnsupportedError, VerifyError,
 )
 from .frontend.control import cond, fori_loop, scan, switch, while_loop
+from .frontend.convert import function
 from .frontend.numpy_api import stop_gradient
 from .frontend.tracing import Spec, trace
 from .interp import RunStats, interpret
@@ -25,7 +26,7 @@ from .ir import Program, TensorType, verify
 __version__ = "0.1.0"
 
 __all__ = [
-    "trace", "Program", "Spec", "interpret", "RunStats", "grad", "value_and_grad", "cond", "switch", "fori_loop", "while_loop", "scan",
+    "trace", "function", "Program", "Spec", "interpret", "RunStats", "grad", "value_and_grad", "cond", "switch", "fori_loop", "while_loop", "scan",
     "stop_gradient", "numpy", "nn", "verify", "TensorType", "EgadError", "ArgumentError", "BranchMismatchError",
     "IndexOutOfRangeError", "LoopStateError", "NumpyInteropError", "ShapeError", "TracerConversionError",
     "TracerLeakError", "UnsupportedError", "VerifyError",

@@ -81,15 +81,20 @@ def normalize_static_argnums(static_argnums, count: int) -> frozenset[int]:
     return frozenset(result)
 
 
-def trace(fn, *args, static_argnums=()) -> Program:
+def trace(fn, *args, static_argnums=(), convert: bool = False) -> Program:
     """Trace `fn(*args)` into a Program. Every positional argument is traced (arrays,
     scalars, egad.Spec, pytrees of them) except those in `static_argnums`, which are
-    baked in as Python values.
+    baked in as Python values. `convert=True` converts fn's Python control flow on
+    traced values, as `egad.function` does.
 
     Example: `prog = egad.trace(loss, W, U, xs, h0); print(prog)`"""
     if not callable(fn):
         raise ArgumentError(message(f"egad.trace needs a function, got {type(fn).__name__}",
                                     where=user_location().long()))
+    if convert:
+        from .convert import function
+
+        fn = function(fn)
     static = normalize_static_argnums(static_argnums, len(args))
     names = _param_names(fn, len(args))
     location = _function_location(fn)

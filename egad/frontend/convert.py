@@ -1,0 +1,502 @@
+"""`egad.function`: native Python control flow on traced values, by converting the
+function's source (as TF's AutoGraph does).
+
+Two passes over the function's AST:
+
+1. *Flags* (plain Python in, plain Python out): `break`, `continue` and `return`
+   inside loops or branches become assignments to flag variables, the statements
+   after them are guarded by `if not flag:`, and loop conditions test the flags.
+   What comes out has no jumps left, only structured `if`/`while`/`for`.
+2. *Functionalize*: each `if`/`while`/`for` becomes nested functions over the
+   variables the statement assigns, and a call to a runtime helper
+   (egad/frontend/convert_runtime.py) that runs Python's statement on concrete
+   values and an egad combinator on traced ones. `and`/`or`/`not`, chained
+   comparisons and `x if c else y` become runtime calls too.
+
+Every generated node keeps the line of the statement it came from and the code is
+compiled under the original file name, so errors, IR source locations and
+tracebacks point at the user's own lines.
+"""
+from __future__ import annotations
+
+import ast
+import functools
+import inspect
+import itertools
+import sys
+import textwrap
+import types
+
+from ..errors import UnsupportedError, message
+from . import context
+from . import convert_runtime
+
+RUNTIME = "__egad_ag__"
+RETURN_VALUE_PREFIX = convert_runtime.RETURN_VALUE_PREFIX
+# FunctionDef grew a required `type_params` field in Python 3.12.
+_FUNCTION_EXTRA = {"type_params": []} if sys.version_info >= (3, 12) else {}
+_counter = itertools.count()
+
+
+def function(fn=None, /):
+    """Let `fn` use Python `if`/`while`/`for`/`break`/`continue`/`return` on traced
+    values. Traced (`egad.trace(f, ...)`), its source is converted into egad's
+    combinators; called on numpy values, it runs `fn` itself.
+
+    Example:
+        @egad.function
+        def newton(x):
+            y = x
+            while enp.abs(y * y - x) > 1e-9:
+                y = 0.5 * (y + x / y)
+            return y
+    """
+    if fn is None:
+        return function
+    if getattr(fn, "__egad_converted__", False):
+        return fn
+    if inspect.isgeneratorfunction(fn) or inspect.iscoroutinefunction(fn):
+        raise UnsupportedError(message(f"egad.function cannot convert {fn.__name__}: it is a generator or coroutine",
+                                       instead="write it as a plain function returning arrays"))
+    converted = None
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        nonlocal converted
+        if context.current() is None:
+            return fn(*args, **kwargs)
+        if converted is None:
+            converted = convert(fn)
+        return converted(*args, **kwargs)
+
+    wrapper.__egad_converted__ = True
+    wrapper.__egad_original__ = fn
+    return wrapper
+
+
+def convert(fn):
+    """The converted version of `fn` (same signature, globals and closure values)."""
+    try:
+        source = textwrap.dedent(inspect.getsource(fn))
+        filename = inspect.getsourcefile(fn) or "<unknown>"
+        first_line = inspect.getsourcelines(fn)[1]
+    except (OSError, TypeError) as error:
+        raise UnsupportedError(message(f"egad.function needs the source of {getattr(fn, '__name__', fn)!r}: {error}",
+                                       instead="define the function in a file (not in an interactive prompt or exec)"))
+    module = ast.parse(source)
+    definition = next((node for node in module.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
+    if definition is None or definition.name != fn.__name__:
+        raise UnsupportedError(message(f"egad.function cannot find the definition of {fn.__name__} in its source "
+                                       "(lambdas cannot be converted)", instead="use a def statement"))
+    ast.increment_lineno(definition, first_line - 1)
+    definition.decorator_list = []
+    _FunctionConverter(filename).convert_function(definition)
+    free = fn.__code__.co_freevars
+    factory = ast.FunctionDef(
+        name="__egad_factory", args=ast.arguments(posonlyargs=[], args=[ast.arg(a) for a in (*free, RUNTIME)],
+                                                  kwonlyargs=[], kw_defaults=[], defaults=[]),
+        body=[definition, ast.Return(ast.Name(definition.name, ast.Load()))], decorator_list=[], returns=None,
+        **_FUNCTION_EXTRA)
+    ast.copy_location(factory, definition)
+    wrapper_module = ast.Module(body=[factory], type_ignores=[])
+    ast.fix_missing_locations(wrapper_module)
+    code = compile(wrapper_module, filename, "exec")
+    factory_code = next(c for c in code.co_consts if isinstance(c, types.CodeType))
+    make = types.FunctionType(factory_code, fn.__globals__)
+    cells = [cell.cell_contents for cell in (fn.__closure__ or ())]
+    converted = make(*cells, convert_runtime)
+    converted.__defaults__ = fn.__defaults__
+    converted.__kwdefaults__ = fn.__kwdefaults__
+    return converted
+
+
+# --- analysis ------------------------------------------------------------------------
+
+def assigned_names(statements) -> list[str]:
+    """Names a block assigns in its own scope (not inside nested functions), in order."""
+    names: list[str] = []
+
+    def add(name):
+        if name not in names:
+            names.append(name)
+
+    class Visitor(ast.NodeVisitor):
+        def visit_Name(self, node):
+            if isinstance(node.ctx, ast.Store):
+                add(node.id)
+
+        def visit_FunctionDef(self, node):
+            add(node.name)  # the name is bound here; the body is another scope
+
+        visit_AsyncFunctionDef = visit_FunctionDef
+
+        def visit_ClassDef(self, node):
+            add(node.name)
+
+        def visit_Lambda(self, node):
+            pass
+
+        def visit_ListComp(self, node):  # comprehension variables are their own scope
+            pass
+
+        visit_SetComp = visit_DictComp = visit_GeneratorExp = visit_ListComp
+
+        def visit_Import(self, node):
+            for alias in node.names:
+                add((alias.asname or alias.name).split(".")[0])
+
+        visit_ImportFrom = visit_Import
+
+        def visit_Global(self, node):
+            pass
+
+    for statement in statements:
+        Visitor().visit(statement)
+    return [n for n in names if not n.startswith("__egad")] + [n for n in names if n.startswith("__egad")]
+
+
+def _unconvertible(statements) -> tuple[str, ...]:
+    """Constructs that cannot run under a traced condition, found in a block."""
+    found = []
+
+    class Visitor(ast.NodeVisitor):
+        def visit_Try(self, node):
+            found.append("try")
+            self.generic_visit(node)
+
+        visit_TryStar = visit_Try
+
+        def visit_Global(self, node):
+            found.append("global")
+
+        def visit_Nonlocal(self, node):
+            found.append("nonlocal")
+
+        def visit_Yield(self, node):
+            found.append("yield")
+
+        visit_YieldFrom = visit_Yield
+
+        def visit_FunctionDef(self, node):
+            pass
+
+        visit_AsyncFunctionDef = visit_Lambda = visit_FunctionDef
+
+    for statement in statements:
+        Visitor().visit(statement)
+    return tuple(dict.fromkeys(found))
+
+
+def _contains(statements, kinds, stop_at=(ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) -> bool:
+    for statement in statements:
+        for node in _walk_scope(statement, stop_at):
+            if isinstance(node, kinds):
+                return True
+    return False
+
+
+def _walk_scope(node, stop_at):
+    yield node
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, stop_at):
+            continue
+        yield from _walk_scope(child, stop_at)
+
+
+_LOOPS = (ast.While, ast.For, ast.AsyncFor)
+
+
+def _direct_jumps(body, kind) -> bool:
+    """Does the loop body contain `kind` (Break/Continue) for this loop (not a nested one)?"""
+    return _contains(body, kind, stop_at=(ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, *_LOOPS))
+
+
+# --- node helpers ---------------------------------------------------------------------
+
+def _name(id_, store=False):
+    return ast.Name(id_, ast.Store() if store else ast.Load())
+
+
+def _assign(target: str, value):
+    return ast.Assign(targets=[_name(target, store=True)], value=value)
+
+
+def _runtime(attr: str):
+    return ast.Attribute(_name(RUNTIME), attr, ast.Load())
+
+
+def _call(attr: str, *args):
+    return ast.Call(_runtime(attr), list(args), [])
+
+
+def _thunk(expression):
+    return ast.Lambda(ast.arguments(posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[], defaults=[]), expression)
+
+
+def _tuple(names, store=False):
+    return ast.Tuple([_name(n, store) for n in names], ast.Store() if store else ast.Load())
+
+
+def _strings(values):
+    return ast.Tuple([ast.Constant(v) for v in values], ast.Load())
+
+
+def _def(name, params, body, like):
+    node = ast.FunctionDef(
+        name=name, args=ast.arguments(posonlyargs=[], args=[ast.arg(p) for p in params], kwonlyargs=[],
+                                      kw_defaults=[], defaults=[]),
+        body=body or [ast.Pass()], decorator_list=[], returns=None, **_FUNCTION_EXTRA)
+    return ast.copy_location(node, like)
+
+
+def _located(nodes, like):
+    for node in nodes:
+        ast.copy_location(node, like)
+        ast.fix_missing_locations(node)
+    return nodes
+
+
+# --- pass 1: jumps to flags --------------------------------------------------------------
+
+class _Flags:
+    def __init__(self, function_id: int):
+        self.returned = f"__egad_returned_{function_id}"
+        self.retval = f"{RETURN_VALUE_PREFIX}{function_id}"
+
+
+class _JumpRewriter:
+    """Rewrite break/continue/return inside control flow as flags + guards."""
+
+    def __init__(self, flags: _Flags, uses_return_flag: bool):
+        self.flags = flags
+        self.uses_return_flag = uses_return_flag
+
+    def block(self, statements, loop) -> tuple[list, set]:
+        """(rewritten statements, flags that may be set by them). `loop` is
+        (break_flag, continue_flag) of the innermost enclosing loop, or None."""
+        out, sets = [], set()
+        for index, statement in enumerate(statements):
+            rewritten, statement_sets = self.statement(statement, loop)
+            out.extend(rewritten)
+            sets |= statement_sets
+            stopping = sorted(f for f in statement_sets if f)
+            rest = statements[index + 1:]
+            if stopping and rest:
+                rest_out, rest_sets = self.block(rest, loop)
+                sets |= rest_sets
+                guard = ast.If(test=self._none_set(stopping), body=rest_out, orelse=[])
+                out.extend(_located([guard], rest[0]))
+                break
+        return out, sets
+
+    def _none_set(self, flags):
+        test = _name(flags[0])
+        for flag in flags[1:]:
+            test = ast.BoolOp(ast.Or(), [test, _name(flag)])
+        return ast.UnaryOp(ast.Not(), test)
+
+    def statement(self, node, loop):
+        if isinstance(node, ast.Return) and self.uses_return_flag:
+            value = node.value if node.value is not None else ast.Constant(None)
+            return _located([_assign(self.flags.retval, value), _assign(self.flags.returned, ast.Constant(True))],
+                            node), {self.flags.returned}
+        if isinstance(node, ast.Break):
+            return _located([_assign(loop[0], ast.Constant(True))], node), {loop[0]}
+        if isinstance(node, ast.Continue):
+            return _located([_assign(loop[1], ast.Constant(True))], node), {loop[1]}
+        if isinstance(node, ast.If):
+            body, s1 = self.block(node.body, loop)
+            orelse, s2 = self.block(node.orelse, loop)
+            node.body, node.orelse = body or [ast.Pass()], orelse
+            return [node], s1 | s2
+        if isinstance(node, (ast.With, ast.Try)):
+            sets = set()
+            for field in ("body", "orelse", "finalbody"):
+                if hasattr(node, field):
+                    rewritten, field_sets = self.block(getattr(node, field), loop)
+                    setattr(node, field, rewritten or ([ast.Pass()] if field == "body" else []))
+                    sets |= field_sets
+            for handler in getattr(node, "handlers", []):
+                handler.body, handler_sets = self.block(handler.body, loop)
+                sets |= handler_sets
+            return [node], sets
+        if isinstance(node, _LOOPS):
+            return self._loop(node)
+        return [node], set()
+
+    def _loop(self, node):
+        if node.orelse:
+            raise UnsupportedError(message(f"`{'while' if isinstance(node, ast.While) else 'for'} ... else` "
+                                           "is not supported by egad.function", where=f"line {node.lineno}",
+                                           instead="use a flag variable set before break"))
+        loop_id = next(_counter)
+        has_break = _direct_jumps(node.body, ast.Break)
+        has_continue = _direct_jumps(node.body, ast.Continue)
+        break_flag = f"__egad_break_{loop_id}" if has_break else None
+        continue_flag = f"__egad_continue_{loop_id}" if has_continue else None
+        body, sets = self.block(node.body, (break_flag, continue_flag))
+        sets.discard(break_flag)
+        sets.discard(continue_flag)
+        sets.discard(None)
+        stops = [f for f in (break_flag, self.flags.returned if self.uses_return_flag and self.flags.returned in sets
+                             else None) if f]
+        prefix = [_assign(continue_flag, ast.Constant(False))] if continue_flag else []
+        before = [_assign(break_flag, ast.Constant(False))] if break_flag else []
+        if isinstance(node, ast.While):
+            if stops:
+                node.test = ast.BoolOp(ast.And(), [self._none_set(stops), node.test])
+            node.body = _located(prefix, node) + (body or [ast.Pass()])
+        else:
+            guarded = [ast.If(test=self._none_set(stops), body=body or [ast.Pass()], orelse=[])] if stops else body
+            node.body = _located(prefix, node) + _located(guarded, node) if stops else _located(prefix, node) + body
+        return _located(before, node) + [node], sets
+
+
+# --- pass 2: functionalize ---------------------------------------------------------------
+
+class _FunctionConverter:
+    def __init__(self, filename: str):
+        self.filename = filename
+
+    def convert_function(self, node):
+        """Rewrite a FunctionDef in place."""
+        function_id = next(_counter)
+        flags = _Flags(function_id)
+        nested_return = any(_contains(s.body if hasattr(s, "body") else [], ast.Return)
+                            for s in node.body if isinstance(s, (ast.If, ast.While, ast.For, ast.With, ast.Try)))
+        rewriter = _JumpRewriter(flags, nested_return)
+        body, _ = rewriter.block(node.body, None)
+        if nested_return:
+            body = _located([_assign(flags.returned, ast.Constant(False)),
+                             _assign(flags.retval, _call("Undefined", ast.Constant("return value")))], node) + body
+            body.append(ast.copy_location(ast.Return(_name(flags.retval)), node.body[-1]))
+        params = {a.arg for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)}
+        params |= {a.arg for a in (node.args.vararg, node.args.kwarg) if a is not None}
+        declared = {n for s in body for n in _declared_global(s)}
+        local_names = [n for n in assigned_names(body) if n not in params and n not in declared]
+        prologue = _located([_assign(n, _call("Undefined", ast.Constant(n))) for n in local_names], node)
+        node.body = prologue + self.block(body)
+
+    def block(self, statements) -> list:
+        out = []
+        for statement in statements:
+            out.extend(self.statement(statement))
+        return out
+
+    def statement(self, node) -> list:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            _FunctionConverter(self.filename).convert_function(node)
+            return [node]
+        if isinstance(node, ast.If):
+            return self._if(node)
+        if isinstance(node, ast.While):
+            return self._while(node)
+        if isinstance(node, ast.For):
+            return self._for(node)
+        if isinstance(node, ast.Assert):
+            message_thunk = _thunk(node.msg) if node.msg is not None else ast.Constant(None)
+            call = ast.Expr(_call("assert_", _thunk(_Expressions().visit(node.test)), message_thunk))
+            return _located([call], node)
+        for field in ("body", "orelse", "finalbody"):
+            if isinstance(getattr(node, field, None), list):
+                setattr(node, field, self.block(getattr(node, field)))
+        for handler in getattr(node, "handlers", []):
+            handler.body = self.block(handler.body)
+        return [_Expressions().visit(node)]
+
+    def _info(self, node, kind, then_assigns=(), else_assigns=(), blocks=()):
+        unconvertible = _unconvertible([s for block in blocks for s in block])
+        keywords = [ast.keyword("file", ast.Constant(self.filename)), ast.keyword("line", ast.Constant(node.lineno)),
+                    ast.keyword("kind", ast.Constant(kind)), ast.keyword("unconvertible", _strings(unconvertible)),
+                    ast.keyword("then_assigns", _strings(then_assigns)),
+                    ast.keyword("else_assigns", _strings(else_assigns))]
+        return ast.Call(_runtime("StatementInfo"), [], keywords)
+
+    def _if(self, node):
+        statement_id = next(_counter)
+        then_names, else_names = assigned_names(node.body), assigned_names(node.orelse)
+        names = then_names + [n for n in else_names if n not in then_names]
+        test = _Expressions().visit(node.test)
+        then_fn = _def(f"__egad_then_{statement_id}", names, self.block(node.body) + [ast.Return(_tuple(names))], node)
+        else_fn = _def(f"__egad_else_{statement_id}", names, self.block(node.orelse) + [ast.Return(_tuple(names))],
+                       node)
+        call = _call("if_stmt", test, _name(then_fn.name), _name(else_fn.name), _tuple(names), _strings(names),
+                     self._info(node, "if", then_names, else_names, [node.body, node.orelse]))
+        result = ast.Assign([_tuple(names, store=True)], call) if names else ast.Expr(call)
+        return _located([then_fn, else_fn, result], node)
+
+    def _while(self, node):
+        statement_id = next(_counter)
+        names = assigned_names(node.body)
+        cond_fn = _def(f"__egad_cond_{statement_id}", names, [ast.Return(_Expressions().visit(node.test))], node)
+        body_fn = _def(f"__egad_body_{statement_id}", names, self.block(node.body) + [ast.Return(_tuple(names))],
+                       node)
+        call = _call("while_stmt", _name(cond_fn.name), _name(body_fn.name), _tuple(names), _strings(names),
+                     self._info(node, "while", blocks=[node.body]))
+        result = ast.Assign([_tuple(names, store=True)], call) if names else ast.Expr(call)
+        return _located([cond_fn, body_fn, result], node)
+
+    def _for(self, node):
+        statement_id = next(_counter)
+        target_names = assigned_names([ast.Assign([node.target], ast.Constant(None))])
+        names = target_names + [n for n in assigned_names(node.body) if n not in target_names]
+        item = f"__egad_item_{statement_id}"
+        unpack = ast.Assign([node.target], _name(item))
+        body_fn = _def(f"__egad_body_{statement_id}", [item, *names],
+                       _located([unpack], node) + self.block(node.body) + [ast.Return(_tuple(names))], node)
+        iterable = _Expressions().visit(node.iter)
+        if isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Name) and iterable.func.id == "range" \
+                and not iterable.keywords:
+            iterable = _call("range_", *iterable.args)
+        call = _call("for_stmt", iterable, _name(body_fn.name), _tuple(names), _strings(names),
+                     self._info(node, "for", blocks=[node.body]))
+        result = ast.Assign([_tuple(names, store=True)], call) if names else ast.Expr(call)
+        return _located([body_fn, result], node)
+
+
+def _declared_global(statement) -> set[str]:
+    names = set()
+    for node in _walk_scope(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        if isinstance(node, (ast.Global, ast.Nonlocal)):
+            names.update(node.names)
+    return names
+
+
+class _Expressions(ast.NodeTransformer):
+    """`and`/`or`/`not`, chained comparisons and `x if c else y` on traced values."""
+
+    def visit_FunctionDef(self, node):
+        return node  # converted separately, as its own scope
+
+    visit_AsyncFunctionDef = visit_Lambda = visit_FunctionDef
+
+    def visit_BoolOp(self, node):
+        self.generic_visit(node)
+        helper = "and_" if isinstance(node.op, ast.And) else "or_"
+        result = node.values[-1]
+        for value in reversed(node.values[:-1]):
+            result = _call(helper, _thunk(value), _thunk(result))
+        return ast.copy_location(result, node)
+
+    def visit_UnaryOp(self, node):
+        self.generic_visit(node)
+        if isinstance(node.op, ast.Not):
+            return ast.copy_location(_call("not_", node.operand), node)
+        return node
+
+    def visit_IfExp(self, node):
+        self.generic_visit(node)
+        return ast.copy_location(_call("if_exp", node.test, _thunk(node.body), _thunk(node.orelse)), node)
+
+    def visit_Compare(self, node):
+        self.generic_visit(node)
+        if len(node.ops) == 1:
+            return node
+        # a < b < c  ->  (a < b) and (b < c), with b evaluated once per use as Python does
+        parts = [ast.Compare(left, [op], [right]) for left, op, right in
+                 zip([node.left, *node.comparators[:-1]], node.ops, node.comparators)]
+        result = parts[-1]
+        for part in reversed(parts[:-1]):
+            result = _call("and_", _thunk(part), _thunk(result))
+        return ast.copy_location(result, node)
+

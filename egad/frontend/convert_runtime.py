@@ -1,0 +1,334 @@
+"""What converted code calls (`egad.function`, egad/frontend/convert.py).
+
+Each helper decides at run time: on concrete Python values it does exactly what
+the Python statement would do (so static control flow is unrolled or pruned at
+trace time, as the user wrote it); on traced values it records a combinator
+(`cond`, `while_loop`, `fori_loop`) with the statement's assigned variables as
+state.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ..errors import EgadError, UnsupportedError, message
+from ..ir.types import TensorType
+from ..pytree import flatten, unflatten
+from ..source import SourceLoc
+from . import context
+from . import control
+from . import numpy_api as enp
+from .primitives import dtype_of, is_tracer
+from .tracer import Tracer
+
+
+# The variable that holds an early `return`'s value until the function's end. Unlike
+# a user's variable it may be assigned on one path only: the other paths have not
+# returned yet, and never read it.
+RETURN_VALUE_PREFIX = "__egad_retval_"
+
+
+class Undefined:
+    """The value of a variable that has no value yet (assigned later, or only on
+    some paths). Using it raises an EgadError that says why it is undefined."""
+
+    __slots__ = ("name", "reason")
+
+    def __init__(self, name: str, reason: str = ""):
+        self.name = name
+        self.reason = reason
+
+    def _fail(self, *args, **kwargs):
+        detail = f": {self.reason}" if self.reason else ""
+        raise EgadError(message(f"variable {self.name!r} is used before it has a value{detail}",
+                                instead="assign it before the if/loop, or in every branch"))
+
+    __bool__ = __index__ = __int__ = __float__ = __iter__ = __len__ = __call__ = __getitem__ = _fail
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __rtruediv__ = _fail
+    __matmul__ = __rmatmul__ = __neg__ = __lt__ = __le__ = __gt__ = __ge__ = __pow__ = __rpow__ = _fail
+    __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = __array__ = _fail
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        self._fail()
+
+    def __repr__(self) -> str:
+        return f"<undefined {self.name}>"
+
+
+@dataclasses.dataclass(frozen=True)
+class StatementInfo:
+    """What the converter knew about a statement: where it is, which constructs in
+    it cannot run under a traced condition, which names each branch assigns."""
+
+    file: str
+    line: int
+    kind: str  # "if" | "while" | "for"
+    unconvertible: tuple[str, ...] = ()
+    then_assigns: tuple[str, ...] = ()
+    else_assigns: tuple[str, ...] = ()
+
+    @property
+    def where(self) -> str:
+        return SourceLoc(self.file, self.line).long()
+
+
+def _refuse_unconvertible(info: StatementInfo):
+    if info.unconvertible:
+        construct = info.unconvertible[0]
+        raise UnsupportedError(message(
+            f"`{construct}` inside a `{info.kind}` on a traced value cannot be converted",
+            where=info.where,
+            instead=f"move the `{construct}` out of the {info.kind}, or make the condition a static Python value"))
+
+
+def _carriable(value) -> bool:
+    """Can this value be loop state or a branch output (a pytree of array-likes)?"""
+    if isinstance(value, Undefined):
+        return False
+    leaves, _ = flatten(value)
+    for leaf in leaves:
+        if is_tracer(leaf) or isinstance(leaf, (bool, int, float, np.ndarray, np.generic)):
+            continue
+        return False
+    return True
+
+
+# --- and / or / not / x if c else y ------------------------------------------------
+
+def not_(value):
+    """`not value`: Python's on concrete values, enp.logical_not on traced ones."""
+    return enp.logical_not(value) if is_tracer(value) else not value
+
+
+def and_(left, right):
+    """`a and b` with lazy operands (thunks), as Python evaluates it."""
+    a = left()
+    if not is_tracer(a):
+        return right() if a else a
+    return enp.logical_and(a, right())
+
+
+def or_(left, right):
+    """`a or b` with lazy operands (thunks)."""
+    a = left()
+    if not is_tracer(a):
+        return a if a else right()
+    return enp.logical_or(a, right())
+
+
+def if_exp(test, then_thunk, else_thunk):
+    """`x if test else y`."""
+    if not is_tracer(test):
+        return then_thunk() if test else else_thunk()
+    return control.cond(test, then_thunk, else_thunk)
+
+
+def assert_(test_thunk, message_thunk=None):
+    """`assert test`: checked on concrete values; a traced test cannot be checked
+    while tracing, so it is skipped (as jax.jit does)."""
+    value = test_thunk()
+    if not is_tracer(value) and not value:
+        raise AssertionError(message_thunk() if message_thunk else None)
+
+
+# --- if --------------------------------------------------------------------------------
+
+def if_stmt(test, then_fn, else_fn, state: tuple, names: tuple, info: StatementInfo):
+    """`if test: ... else: ...` assigning `names` (whose values are `state`)."""
+    if not is_tracer(test):
+        return then_fn(*state) if test else else_fn(*state)
+    _refuse_unconvertible(info)
+    state = _with_return_value(state, names, (then_fn, else_fn))
+    operands = [k for k, v in enumerate(state) if _carriable(v)]
+    both = set(info.then_assigns) & set(info.else_assigns)
+    outputs = [k for k, name in enumerate(names) if k in operands or name in both]
+    untouchable = [k for k, v in enumerate(state) if k not in operands and not isinstance(v, Undefined)]
+
+    def branch(fn, label):
+        def run(*values):
+            full = list(state)
+            for k, value in zip(operands, values):
+                full[k] = value
+            out = fn(*full)
+            for k in untouchable:
+                if out[k] is not state[k]:
+                    raise EgadError(message(
+                        f"{names[k]!r} ({type(state[k]).__name__}) is reassigned inside an if on a traced value",
+                        where=info.where, instead="only arrays (and tuples/lists/dicts of them) can change there"))
+            for k in outputs:
+                if not _carriable(out[k]):
+                    raise EgadError(message(
+                        f"{names[k]!r} is not an array (or pytree of arrays) at the end of the {label} branch "
+                        f"of an if on a traced value: {out[k]!r}", where=info.where,
+                        instead="give it an array value in every branch"))
+            return tuple(out[k] for k in outputs)
+
+        return run
+
+    results = control.cond(test, branch(then_fn, "true"), branch(else_fn, "false"), *[state[k] for k in operands])
+    final = list(state)
+    for k, value in zip(outputs, results):
+        final[k] = value
+    for k, name in enumerate(names):
+        if k not in outputs and isinstance(state[k], Undefined) and name in set(info.then_assigns) | set(info.else_assigns):
+            final[k] = Undefined(name, f"it is assigned in only one branch of the if on a traced value at {info.where}")
+    return tuple(final)
+
+
+def _with_return_value(state, names, branches):
+    """Give a still-undefined early-return value zeros of the type a branch returns
+    (read off a trial trace), so that it can be a branch output."""
+    positions = [k for k, name in enumerate(names)
+                 if name.startswith(RETURN_VALUE_PREFIX) and isinstance(state[k], Undefined)]
+    if not positions:
+        return state
+    state = list(state)
+    for fn in branches:
+        with context.open_region("probe") as _:  # traced to learn types, then dropped
+            out = fn(*state)
+        for k in positions:
+            if isinstance(state[k], Undefined) and _carriable(out[k]):
+                state[k] = _zeros_like_probe(out[k], names[k])
+    return tuple(state)
+
+
+def _zeros_like_probe(value, name: str):
+    """Zeros with the structure, shapes and dtypes of a value from a trial trace."""
+    leaves, tree = flatten(value)
+    zeros = []
+    for leaf in leaves:
+        dtype, _ = dtype_of(leaf)
+        shape = leaf.type.shape if is_tracer(leaf) else np.shape(leaf)
+        if not all(isinstance(d, int) for d in shape):
+            raise EgadError(message(
+                f"{name!r} is first assigned under a traced condition and has a symbolic shape {shape}, so egad "
+                "cannot give it a value on the other paths", instead=f"assign {name} before the if or loop"))
+        zeros.append(np.zeros(shape, dtype))
+    return unflatten(tree, zeros)
+
+
+# --- loops -------------------------------------------------------------------------------
+
+class TracedRange:
+    """`range(start, stop, step)` with a traced bound (the step must be a static int)."""
+
+    def __init__(self, start, stop, step):
+        self.start, self.stop, self.step = start, stop, step
+
+    def trip_count(self):
+        if self.step > 0:
+            return enp.maximum((self.stop - self.start + self.step - 1) // self.step, 0)
+        return enp.maximum((self.start - self.stop - self.step - 1) // (-self.step), 0)
+
+    def value(self, k):
+        return self.start + k * self.step
+
+
+def range_(*args):
+    """`range(...)`: Python's range when every bound is static, else a TracedRange."""
+    if not any(is_tracer(a) for a in args):
+        return range(*args)
+    start, stop, step = (0, args[0], 1) if len(args) == 1 else (args[0], args[1], args[2] if len(args) > 2 else 1)
+    if is_tracer(step) or step == 0:
+        raise EgadError(message("range() over traced bounds needs a static, non-zero step",
+                                instead="use a Python int step, e.g. range(0, n, 2)"))
+    return TracedRange(start, stop, step)
+
+
+def while_stmt(cond_fn, body_fn, state: tuple, names: tuple, info: StatementInfo):
+    """`while cond: body`: Python iterations while the condition is concrete; from the
+    first traced condition on, a `while_loop` over the assigned variables."""
+    state = tuple(state)
+    while True:
+        test = cond_fn(*state)
+        if is_tracer(test):
+            break
+        if not test:
+            return state
+        state = tuple(body_fn(*state))
+    _refuse_unconvertible(info)
+    carried, initial = _loop_state(lambda *s: body_fn(*s), (), state, names, info)
+
+    def full(values):
+        out = list(state)
+        for k in range(len(out)):
+            if isinstance(out[k], Undefined) and k not in carried:
+                out[k] = Undefined(names[k], _loop_local_reason(info))
+        for k, value in zip(carried, values):
+            out[k] = value
+        return out
+
+    results = control.while_loop(lambda values: cond_fn(*full(values)),
+                                 lambda values: _select(body_fn(*full(values)), carried, state, names, info),
+                                 tuple(initial))
+    return tuple(full(results))
+
+
+def for_stmt(iterable, body_fn, state: tuple, names: tuple, info: StatementInfo):
+    """`for target in iterable: body` (the body function assigns the target first)."""
+    if isinstance(iterable, TracedRange):
+        count, element = iterable.trip_count(), iterable.value
+    elif is_tracer(iterable):
+        if iterable.ndim == 0:
+            raise EgadError(message("cannot iterate over a traced scalar", where=info.where))
+        count, element = iterable.shape[0], lambda k: iterable[k]
+    else:
+        for item in iterable:
+            state = tuple(body_fn(item, *state))
+        return tuple(state)
+    _refuse_unconvertible(info)
+    probe_item = element
+    carried, initial = _loop_state(lambda k, *s: body_fn(probe_item(k), *s), (TensorType((), "int64", weak=True),),
+                                   state, names, info)
+
+    def full(values):
+        out = list(state)
+        for k in range(len(out)):
+            if isinstance(out[k], Undefined) and k not in carried:
+                out[k] = Undefined(names[k], _loop_local_reason(info))
+        for k, value in zip(carried, values):
+            out[k] = value
+        return out
+
+    results = control.fori_loop(0, count, lambda k, values: _select(body_fn(element(k), *full(values)), carried,
+                                                                   state, names, info), tuple(initial))
+    return tuple(full(results))
+
+
+def _loop_local_reason(info: StatementInfo) -> str:
+    return (f"it is first assigned inside the {info.kind} loop on a traced value at {info.where} and is not an array, "
+            "so it exists only inside the loop")
+
+
+def _select(out, carried, state, names, info):
+    for k, value in enumerate(out):
+        if k not in carried and not isinstance(state[k], Undefined) and value is not state[k]:
+            raise EgadError(message(
+                f"{names[k]!r} ({type(state[k]).__name__}) is reassigned inside a loop on a traced value",
+                where=info.where, instead="only arrays (and tuples/lists/dicts of them) can change in such a loop"))
+    return tuple(out[k] for k in carried)
+
+
+def _loop_state(body, leading_types, state, names, info) -> tuple[list[int], list]:
+    """Which variables a traced loop carries, and their initial values. Variables
+    with a value are carried as they are; variables first assigned in the body get
+    their type from one trial trace of the body and start as zeros (Python would
+    leave them unbound before the first iteration)."""
+    carried = [k for k, v in enumerate(state) if _carriable(v)]
+    undefined = [k for k, v in enumerate(state) if isinstance(v, Undefined)]
+    initial = [state[k] for k in carried]
+    if not undefined:
+        return carried, initial
+    with context.open_region("probe") as builder:  # traced once to learn types, then dropped
+        leading = [Tracer(builder, builder.add_param(t)) for t in leading_types]
+        out = body(*leading, *state)
+    probed = {}
+    for k in undefined:
+        if not isinstance(out[k], Undefined) and _carriable(out[k]):
+            probed[k] = _zeros_like_probe(out[k], names[k])
+    carried = sorted(carried + list(probed))
+    initial = [probed[k] if k in probed else state[k] for k in carried]
+    return carried, initial
