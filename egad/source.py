@@ -58,6 +58,16 @@ def user_location() -> SourceLoc:
     while frame is not None:
         filename = frame.f_code.co_filename
         if not _is_internal(filename):
-            return SourceLoc(filename, frame.f_lineno, frame.f_code.co_name)
+            return SourceLoc(filename, frame.f_lineno, _user_function_name(frame))
         frame = frame.f_back
     return UNKNOWN
+
+
+def _user_function_name(frame) -> str:
+    """The function name to show: code converted by egad.function runs in generated
+    helpers (`__egad_body_3`); name the user's function that contains them."""
+    while frame is not None and frame.f_code.co_name.startswith("__egad_"):
+        frame = frame.f_back
+        while frame is not None and _is_internal(frame.f_code.co_filename):
+            frame = frame.f_back
+    return frame.f_code.co_name if frame is not None else ""

@@ -357,6 +357,7 @@ class _JumpRewriter:
 class _FunctionConverter:
     def __init__(self, filename: str):
         self.filename = filename
+        self.outer_scope: dict[str, type] = {}  # names declared global/nonlocal -> ast.Global/ast.Nonlocal
 
     def convert_function(self, node):
         """Rewrite a FunctionDef in place."""
@@ -372,8 +373,9 @@ class _FunctionConverter:
             body.append(ast.copy_location(ast.Return(_name(flags.retval)), node.body[-1]))
         params = {a.arg for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)}
         params |= {a.arg for a in (node.args.vararg, node.args.kwarg) if a is not None}
-        declared = {n for s in body for n in _declared_global(s)}
-        local_names = [n for n in assigned_names(body) if n not in params and n not in declared]
+        for statement in body:
+            self.outer_scope.update(_declared_outer(statement))
+        local_names = [n for n in assigned_names(body) if n not in params and n not in self.outer_scope]
         prologue = _located([_assign(n, _call("Undefined", ast.Constant(n))) for n in local_names], node)
         node.body = prologue + self.block(body)
 
@@ -404,8 +406,20 @@ class _FunctionConverter:
             handler.body = self.block(handler.body)
         return [_Expressions().visit(node)]
 
+    def _local(self, names):
+        """The assigned names that are this function's locals (state of the statement)."""
+        return [n for n in names if n not in self.outer_scope]
+
+    def _redeclare(self, statements):
+        """`global x` / `nonlocal x` for outer names a generated function assigns, so
+        they keep meaning the outer variable (as in the user's code)."""
+        outer = [n for n in assigned_names(statements) if n in self.outer_scope]
+        return [self.outer_scope[n]([n]) for n in outer]
+
     def _info(self, node, kind, then_assigns=(), else_assigns=(), blocks=()):
-        unconvertible = _unconvertible([s for block in blocks for s in block])
+        statements = [s for block in blocks for s in block]
+        writes_outer = any(n in self.outer_scope for n in assigned_names(statements))
+        unconvertible = _unconvertible(statements) + (("global write",) if writes_outer else ())
         keywords = [ast.keyword("file", ast.Constant(self.filename)), ast.keyword("line", ast.Constant(node.lineno)),
                     ast.keyword("kind", ast.Constant(kind)), ast.keyword("unconvertible", _strings(unconvertible)),
                     ast.keyword("then_assigns", _strings(then_assigns)),
@@ -414,12 +428,13 @@ class _FunctionConverter:
 
     def _if(self, node):
         statement_id = next(_counter)
-        then_names, else_names = assigned_names(node.body), assigned_names(node.orelse)
+        then_names, else_names = self._local(assigned_names(node.body)), self._local(assigned_names(node.orelse))
         names = then_names + [n for n in else_names if n not in then_names]
         test = _Expressions().visit(node.test)
-        then_fn = _def(f"__egad_then_{statement_id}", names, self.block(node.body) + [ast.Return(_tuple(names))], node)
-        else_fn = _def(f"__egad_else_{statement_id}", names, self.block(node.orelse) + [ast.Return(_tuple(names))],
-                       node)
+        then_fn = _def(f"__egad_then_{statement_id}", names, self._redeclare(node.body) + self.block(node.body)
+                       + [ast.Return(_tuple(names))], node)
+        else_fn = _def(f"__egad_else_{statement_id}", names, self._redeclare(node.orelse) + self.block(node.orelse)
+                       + [ast.Return(_tuple(names))], node)
         call = _call("if_stmt", test, _name(then_fn.name), _name(else_fn.name), _tuple(names), _strings(names),
                      self._info(node, "if", then_names, else_names, [node.body, node.orelse]))
         result = ast.Assign([_tuple(names, store=True)], call) if names else ast.Expr(call)
@@ -427,10 +442,10 @@ class _FunctionConverter:
 
     def _while(self, node):
         statement_id = next(_counter)
-        names = assigned_names(node.body)
+        names = self._local(assigned_names(node.body))
         cond_fn = _def(f"__egad_cond_{statement_id}", names, [ast.Return(_Expressions().visit(node.test))], node)
-        body_fn = _def(f"__egad_body_{statement_id}", names, self.block(node.body) + [ast.Return(_tuple(names))],
-                       node)
+        body_fn = _def(f"__egad_body_{statement_id}", names, self._redeclare(node.body) + self.block(node.body)
+                       + [ast.Return(_tuple(names))], node)
         call = _call("while_stmt", _name(cond_fn.name), _name(body_fn.name), _tuple(names), _strings(names),
                      self._info(node, "while", blocks=[node.body]))
         result = ast.Assign([_tuple(names, store=True)], call) if names else ast.Expr(call)
@@ -438,12 +453,13 @@ class _FunctionConverter:
 
     def _for(self, node):
         statement_id = next(_counter)
-        target_names = assigned_names([ast.Assign([node.target], ast.Constant(None))])
-        names = target_names + [n for n in assigned_names(node.body) if n not in target_names]
+        target_names = self._local(assigned_names([ast.Assign([node.target], ast.Constant(None))]))
+        names = target_names + [n for n in self._local(assigned_names(node.body)) if n not in target_names]
         item = f"__egad_item_{statement_id}"
         unpack = ast.Assign([node.target], _name(item))
         body_fn = _def(f"__egad_body_{statement_id}", [item, *names],
-                       _located([unpack], node) + self.block(node.body) + [ast.Return(_tuple(names))], node)
+                       self._redeclare([unpack, *node.body]) + _located([unpack], node) + self.block(node.body)
+                       + [ast.Return(_tuple(names))], node)
         iterable = _Expressions().visit(node.iter)
         if isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Name) and iterable.func.id == "range" \
                 and not iterable.keywords:
@@ -454,11 +470,12 @@ class _FunctionConverter:
         return _located([body_fn, result], node)
 
 
-def _declared_global(statement) -> set[str]:
-    names = set()
+def _declared_outer(statement) -> dict[str, type]:
+    """Names a function declares `global` or `nonlocal`, with the kind of declaration."""
+    names = {}
     for node in _walk_scope(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
         if isinstance(node, (ast.Global, ast.Nonlocal)):
-            names.update(node.names)
+            names.update({name: type(node) for name in node.names})
     return names
 
 

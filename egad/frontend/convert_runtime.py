@@ -75,13 +75,18 @@ class StatementInfo:
         return SourceLoc(self.file, self.line).long()
 
 
+_CONSTRUCTS = {"try": "a `try` statement", "global": "a `global` declaration", "nonlocal": "a `nonlocal` declaration",
+               "yield": "a `yield`", "global write": "an assignment to a global (or nonlocal) variable"}
+
+
 def _refuse_unconvertible(info: StatementInfo):
     if info.unconvertible:
-        construct = info.unconvertible[0]
+        construct = _CONSTRUCTS.get(info.unconvertible[0], info.unconvertible[0])
+        article = "an" if info.kind == "if" else "a"
         raise UnsupportedError(message(
-            f"`{construct}` inside a `{info.kind}` on a traced value cannot be converted",
+            f"{construct} inside {article} `{info.kind}` on a traced value cannot be converted",
             where=info.where,
-            instead=f"move the `{construct}` out of the {info.kind}, or make the condition a static Python value"))
+            instead=f"move it out of the {info.kind}, or make the condition a static Python value"))
 
 
 def _carriable(value) -> bool:
