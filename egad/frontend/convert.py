@@ -250,8 +250,11 @@ def _def(name, params, body, like):
 
 
 def _located(nodes, like):
+    """Give generated statements the first line of the statement they replace (a
+    single line: Python reports a multi-line call at its last line)."""
     for node in nodes:
         ast.copy_location(node, like)
+        node.end_lineno, node.end_col_offset = node.lineno, node.col_offset
         ast.fix_missing_locations(node)
     return nodes
 
