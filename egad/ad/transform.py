@@ -227,8 +227,7 @@ class ForwardRegion:
             extra_results = []
             if not is_for:  # count the trips, for the adjoint loop
                 count = Var(TensorType((), "int64"), "trips")
-                (next_count,) = [enp.add(Tracer(fb, count), 1)]
-                extra_results = [fb.resolve(next_count)]
+                extra_results = [fb.resolve(enp.add(Tracer(fb, count), 1))]
 
             with context.open_region("body_adjoint", parent=fb) as bb:
                 adjoint_counter = Var(_COUNTER, "i")
