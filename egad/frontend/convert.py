@@ -261,6 +261,13 @@ def _located(nodes, like):
 
 # --- pass 1: jumps to flags --------------------------------------------------------------
 
+def _guard(test, body):
+    """`if test: body`, marked as a guard that skips code after a jump."""
+    node = ast.If(test=test, body=body, orelse=[])
+    node.egad_guard = True
+    return node
+
+
 class _Flags:
     def __init__(self, function_id: int):
         self.returned = f"__egad_returned_{function_id}"
@@ -287,7 +294,7 @@ class _JumpRewriter:
             if stopping and rest:
                 rest_out, rest_sets = self.block(rest, loop)
                 sets |= rest_sets
-                guard = ast.If(test=self._none_set(stopping), body=rest_out, orelse=[])
+                guard = _guard(self._none_set(stopping), rest_out)
                 out.extend(_located([guard], rest[0]))
                 break
         return out, sets
@@ -350,7 +357,7 @@ class _JumpRewriter:
                 node.test = ast.BoolOp(ast.And(), [self._none_set(stops), node.test])
             node.body = _located(prefix, node) + (body or [ast.Pass()])
         else:
-            guarded = [ast.If(test=self._none_set(stops), body=body or [ast.Pass()], orelse=[])] if stops else body
+            guarded = [_guard(self._none_set(stops), body or [ast.Pass()])] if stops else body
             node.body = _located(prefix, node) + _located(guarded, node) if stops else _located(prefix, node) + body
         return _located(before, node) + [node], sets
 
@@ -366,8 +373,8 @@ class _FunctionConverter:
         """Rewrite a FunctionDef in place."""
         function_id = next(_counter)
         flags = _Flags(function_id)
-        nested_return = any(_contains(s.body if hasattr(s, "body") else [], ast.Return)
-                            for s in node.body if isinstance(s, (ast.If, ast.While, ast.For, ast.With, ast.Try)))
+        nested_return = any(_contains([s], ast.Return) for s in node.body
+                            if isinstance(s, (ast.If, ast.While, ast.For, ast.With, ast.Try)))
         rewriter = _JumpRewriter(flags, nested_return)
         body, _ = rewriter.block(node.body, None)
         if nested_return:
@@ -419,14 +426,14 @@ class _FunctionConverter:
         outer = [n for n in assigned_names(statements) if n in self.outer_scope]
         return [self.outer_scope[n]([n]) for n in outer]
 
-    def _info(self, node, kind, then_assigns=(), else_assigns=(), blocks=()):
+    def _info(self, node, kind, then_assigns=(), else_assigns=(), blocks=(), guard=False):
         statements = [s for block in blocks for s in block]
         writes_outer = any(n in self.outer_scope for n in assigned_names(statements))
         unconvertible = _unconvertible(statements) + (("global write",) if writes_outer else ())
         keywords = [ast.keyword("file", ast.Constant(self.filename)), ast.keyword("line", ast.Constant(node.lineno)),
                     ast.keyword("kind", ast.Constant(kind)), ast.keyword("unconvertible", _strings(unconvertible)),
                     ast.keyword("then_assigns", _strings(then_assigns)),
-                    ast.keyword("else_assigns", _strings(else_assigns))]
+                    ast.keyword("else_assigns", _strings(else_assigns)), ast.keyword("guard", ast.Constant(guard))]
         return ast.Call(_runtime("StatementInfo"), [], keywords)
 
     def _if(self, node):
@@ -439,7 +446,8 @@ class _FunctionConverter:
         else_fn = _def(f"__egad_else_{statement_id}", names, self._redeclare(node.orelse) + self.block(node.orelse)
                        + [ast.Return(_tuple(names))], node)
         call = _call("if_stmt", test, _name(then_fn.name), _name(else_fn.name), _tuple(names), _strings(names),
-                     self._info(node, "if", then_names, else_names, [node.body, node.orelse]))
+                     self._info(node, "if", then_names, else_names, [node.body, node.orelse],
+                                guard=getattr(node, "egad_guard", False)))
         result = ast.Assign([_tuple(names, store=True)], call) if names else ast.Expr(call)
         return _located([then_fn, else_fn, result], node)
 

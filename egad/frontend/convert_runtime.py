@@ -69,6 +69,10 @@ class StatementInfo:
     unconvertible: tuple[str, ...] = ()
     then_assigns: tuple[str, ...] = ()
     else_assigns: tuple[str, ...] = ()
+    # An `if not flag:` that egad.function inserted to skip the rest of a block after
+    # break/continue/return: its else path means "skipped", so a variable first
+    # assigned in it keeps its value from the paths that did run (zeros before).
+    guard: bool = False
 
     @property
     def where(self) -> str:
@@ -146,7 +150,7 @@ def if_stmt(test, then_fn, else_fn, state: tuple, names: tuple, info: StatementI
     if not is_tracer(test):
         return then_fn(*state) if test else else_fn(*state)
     _refuse_unconvertible(info)
-    state = _with_return_value(state, names, (then_fn, else_fn))
+    state = _fill_undefined(state, names, info, (then_fn, else_fn))
     operands = [k for k, v in enumerate(state) if _carriable(v)]
     both = set(info.then_assigns) & set(info.else_assigns)
     outputs = [k for k, name in enumerate(names) if k in operands or name in both]
@@ -183,16 +187,17 @@ def if_stmt(test, then_fn, else_fn, state: tuple, names: tuple, info: StatementI
     return tuple(final)
 
 
-def _with_return_value(state, names, branches):
-    """Give a still-undefined early-return value zeros of the type a branch returns
-    (read off a trial trace), so that it can be a branch output."""
-    positions = [k for k, name in enumerate(names)
-                 if name.startswith(RETURN_VALUE_PREFIX) and isinstance(state[k], Undefined)]
+def _fill_undefined(state, names, info: StatementInfo, branches):
+    """Give zeros of the type a branch assigns (read off a trial trace) to the
+    still-undefined variables that may be assigned on one path only: an early
+    return's value, and anything first assigned under a guard `if`."""
+    positions = [k for k, name in enumerate(names) if isinstance(state[k], Undefined)
+                 and (name.startswith(RETURN_VALUE_PREFIX) or (info.guard and name in info.then_assigns))]
     if not positions:
         return state
     state = list(state)
     for fn in branches:
-        with context.open_region("probe") as _:  # traced to learn types, then dropped
+        with context.open_region("probe"):  # traced to learn types, then dropped
             out = fn(*state)
         for k in positions:
             if isinstance(state[k], Undefined) and _carriable(out[k]):
