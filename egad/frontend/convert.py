@@ -56,8 +56,10 @@ def function(fn=None, /):
     if getattr(fn, "__egad_converted__", False):
         return fn
     if inspect.isgeneratorfunction(fn) or inspect.iscoroutinefunction(fn):
-        raise UnsupportedError(message(f"egad.function cannot convert {fn.__name__}: it is a generator or coroutine",
-                                       instead="write it as a plain function returning arrays"))
+        raise UnsupportedError(message(
+            f"egad.function cannot convert {fn.__name__}: it is a generator (`yield`) or a coroutine",
+            where=f"{fn.__code__.co_filename}:{_first_yield_line(fn)}",
+            instead="write it as a plain function returning arrays"))
     converted = None
 
     @functools.wraps(fn)
@@ -72,6 +74,17 @@ def function(fn=None, /):
     wrapper.__egad_converted__ = True
     wrapper.__egad_original__ = fn
     return wrapper
+
+
+def _first_yield_line(fn) -> int:
+    """The line of fn's first `yield` (its first line if the source is unavailable)."""
+    try:
+        lines, first = inspect.getsourcelines(fn)
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+    except (OSError, TypeError, SyntaxError):
+        return fn.__code__.co_firstlineno
+    yields = [n.lineno for n in ast.walk(tree) if isinstance(n, (ast.Yield, ast.YieldFrom, ast.Await))]
+    return first + min(yields) - 1 if yields else first
 
 
 def convert(fn):
@@ -155,25 +168,25 @@ def assigned_names(statements) -> list[str]:
     return [n for n in names if not n.startswith("__egad")] + [n for n in names if n.startswith("__egad")]
 
 
-def _unconvertible(statements) -> tuple[str, ...]:
-    """Constructs that cannot run under a traced condition, found in a block."""
+def _unconvertible(statements) -> tuple[tuple[str, int], ...]:
+    """(construct, line) of each construct in a block that cannot run under a traced condition."""
     found = []
 
     class Visitor(ast.NodeVisitor):
         def visit_Try(self, node):
-            found.append("try")
+            found.append(("try", node.lineno))
             self.generic_visit(node)
 
         visit_TryStar = visit_Try
 
         def visit_Global(self, node):
-            found.append("global")
+            found.append(("global", node.lineno))
 
         def visit_Nonlocal(self, node):
-            found.append("nonlocal")
+            found.append(("nonlocal", node.lineno))
 
         def visit_Yield(self, node):
-            found.append("yield")
+            found.append(("yield", node.lineno))
 
         visit_YieldFrom = visit_Yield
 
@@ -184,7 +197,7 @@ def _unconvertible(statements) -> tuple[str, ...]:
 
     for statement in statements:
         Visitor().visit(statement)
-    return tuple(dict.fromkeys(found))
+    return tuple(found)
 
 
 def _contains(statements, kinds, stop_at=(ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) -> bool:
@@ -420,6 +433,15 @@ class _FunctionConverter:
         """The assigned names that are this function's locals (state of the statement)."""
         return [n for n in names if n not in self.outer_scope]
 
+    def _outer_writes(self, statements) -> tuple[tuple[str, int], ...]:
+        """(\"global write\", line) of each assignment to a global/nonlocal name in a block."""
+        writes = []
+        for statement in statements:
+            for node in _walk_scope(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and node.id in self.outer_scope:
+                    writes.append(("global write", node.lineno))
+        return tuple(writes)
+
     def _redeclare(self, statements):
         """`global x` / `nonlocal x` for outer names a generated function assigns, so
         they keep meaning the outer variable (as in the user's code)."""
@@ -428,10 +450,10 @@ class _FunctionConverter:
 
     def _info(self, node, kind, then_assigns=(), else_assigns=(), blocks=(), guard=False):
         statements = [s for block in blocks for s in block]
-        writes_outer = any(n in self.outer_scope for n in assigned_names(statements))
-        unconvertible = _unconvertible(statements) + (("global write",) if writes_outer else ())
+        unconvertible = _unconvertible(statements) + self._outer_writes(statements)
         keywords = [ast.keyword("file", ast.Constant(self.filename)), ast.keyword("line", ast.Constant(node.lineno)),
-                    ast.keyword("kind", ast.Constant(kind)), ast.keyword("unconvertible", _strings(unconvertible)),
+                    ast.keyword("kind", ast.Constant(kind)),
+                    ast.keyword("unconvertible", ast.Tuple([_strings(c) for c in unconvertible], ast.Load())),
                     ast.keyword("then_assigns", _strings(then_assigns)),
                     ast.keyword("else_assigns", _strings(else_assigns)), ast.keyword("guard", ast.Constant(guard))]
         return ast.Call(_runtime("StatementInfo"), [], keywords)

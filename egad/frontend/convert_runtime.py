@@ -66,7 +66,7 @@ class StatementInfo:
     file: str
     line: int
     kind: str  # "if" | "while" | "for"
-    unconvertible: tuple[str, ...] = ()
+    unconvertible: tuple[tuple[str, int], ...] = ()  # (construct, line)
     then_assigns: tuple[str, ...] = ()
     else_assigns: tuple[str, ...] = ()
     # An `if not flag:` that egad.function inserted to skip the rest of a block after
@@ -85,11 +85,12 @@ _CONSTRUCTS = {"try": "a `try` statement", "global": "a `global` declaration", "
 
 def _refuse_unconvertible(info: StatementInfo):
     if info.unconvertible:
-        construct = _CONSTRUCTS.get(info.unconvertible[0], info.unconvertible[0])
+        construct, line = info.unconvertible[0]
         article = "an" if info.kind == "if" else "a"
         raise UnsupportedError(message(
-            f"{construct} inside {article} `{info.kind}` on a traced value cannot be converted",
-            where=info.where,
+            f"{_CONSTRUCTS.get(construct, construct)} inside {article} `{info.kind}` on a traced value "
+            f"(the {info.kind} at line {info.line}) cannot be converted",
+            where=SourceLoc(info.file, int(line)).long(),
             instead=f"move it out of the {info.kind}, or make the condition a static Python value"))
 
 
