@@ -1,0 +1,65 @@
+"""Lowering of take, update, index_add. Indices are wrapped (negative) and clamped,
+so compiled code never reads out of bounds (TVM's `take` "fast" mode would)."""
+from __future__ import annotations
+
+from tvm import relax
+from tvm import tirx as tir
+
+from .registry import lowers
+from .shape import static_shape
+
+R = relax.op
+
+
+def _in_range(bb, index, size: int):
+    """numpy's wrap of negative indices, then a clamp into [0, size)."""
+    dtype = "int64"
+    index = bb.emit(R.astype(index, dtype))
+    wrapped = bb.emit(R.where(R.less(index, relax.const(0, dtype)), R.add(index, relax.const(size, dtype)), index))
+    return R.clip(wrapped, 0, size - 1)
+
+
+@lowers("take")
+def _take(bb, args, attrs, binding):
+    x_type = binding.inputs[0].type
+    size = static_shape((x_type.shape[attrs["axis"]],), binding)[0]
+    index = bb.emit(_in_range(bb, args[1], size))
+    return R.take(args[0], index, axis=attrs["axis"], mode="clip")
+
+
+@lowers("index_add")
+def _index_add(bb, args, attrs, binding):
+    x_type, index_type = binding.inputs[0].type, binding.inputs[1].type
+    axis = attrs["axis"]
+    shape = static_shape(x_type.shape, binding)
+    perm = [axis] + [k for k in range(len(shape)) if k != axis]
+    data = bb.emit(R.permute_dims(args[0], perm)) if axis else args[0]
+    values = args[2]
+    if axis:  # move the index axes of the values to the front
+        value_axes = list(range(axis, axis + index_type.ndim))
+        value_rank = x_type.ndim - 1 + index_type.ndim
+        values = bb.emit(R.permute_dims(values, value_axes + [k for k in range(value_rank) if k not in value_axes]))
+    # one row of values per index (the index count may be symbolic: -1)
+    values = bb.emit(R.reshape(values, [-1] + [shape[k] for k in perm[1:]]))
+    added = bb.emit(R.scatter_elements(data, _row_indices(bb, args[1], shape[axis], values), values, axis=0,
+                                       reduction="add"))
+    if not axis:
+        return added
+    return R.permute_dims(added, [perm.index(k) for k in range(len(shape))])
+
+
+@lowers("update")
+def _update(bb, args, attrs, binding):
+    shape = static_shape(binding.inputs[0].type.shape, binding)
+    row = bb.emit(R.expand_dims(args[2], 0))
+    return R.scatter_elements(args[0], _row_indices(bb, args[1], shape[0], row), row, axis=0, reduction="update")
+
+
+def _row_indices(bb, index, size: int, rows):
+    """Row indices (in range), one per row of `rows`, broadcast to its shape. The row
+    count may be symbolic (rows stacked by a loop): a match_cast names it."""
+    rest = [int(d) for d in rows.ty.shape.values[1:]]
+    count = tir.Var("rows", "int64")
+    bb.match_cast(rows, relax.TensorType([count, *rest], rows.ty.dtype))
+    flat = bb.emit(R.reshape(bb.emit(_in_range(bb, index, size)), [count] + [1] * len(rest)))
+    return bb.emit(R.broadcast_to(flat, [count, *rest]))

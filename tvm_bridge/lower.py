@@ -1,0 +1,160 @@
+"""egad Program -> Relax IRModule (DESIGN §7).
+
+Every region becomes a Relax function: `main` for the program, a private function
+per loop body, loop condition and branch. Each function takes the VM's
+`invoke_closure` as its first argument and passes it on, so loops can call their
+bodies through the driver (tvm_bridge/runtime.py). Branches are Relax `If`s over
+calls of the branch functions. Straight-line ops go through the per-family
+lowerings registered in tvm_bridge/registry.py.
+"""
+from __future__ import annotations
+
+import json
+
+from tvm import relax
+from tvm import tirx as tir
+
+from egad.errors import UnsupportedError, message
+from egad.ir import ops
+from egad.ir.program import Binding, Program, Region
+from egad.ir.types import TapeType
+
+from . import creation, elementwise, index, linalg, nn, reduction, shape  # noqa: F401 (register lowerings)
+from .registry import LOWERINGS
+
+_HANDLE = relax.TensorType((), "int64")  # a tape, as a handle
+
+
+def relax_type(t, symbols: dict[str, tir.Var]):
+    if isinstance(t, TapeType):
+        return _HANDLE
+    dims = []
+    for d in t.shape:
+        if isinstance(d, int):
+            dims.append(d)
+        else:
+            if d not in symbols:
+                symbols[d] = tir.Var(_symbol_name(d), "int64")
+            dims.append(symbols[d])
+    return relax.TensorType(dims, t.dtype)
+
+
+def _symbol_name(symbol: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in symbol)
+
+
+def _loose(t):
+    """A Relax type with the rank and dtype only (for loop outputs whose shapes Relax
+    cannot see through the driver)."""
+    return _HANDLE if isinstance(t, TapeType) else relax.TensorType(ndim=t.ndim, dtype=t.dtype)
+
+
+class Lowering:
+    def __init__(self):
+        self.bb = relax.BlockBuilder()
+        self.functions: dict[int, relax.GlobalVar] = {}
+        self.counter = 0
+
+    def module(self, program: Program):
+        self.function(program.region, "main")
+        return self.bb.get()
+
+    def function(self, region: Region, name: str | None = None) -> relax.GlobalVar:
+        for binding in region.bindings:  # sub-regions first: Relax builds one function at a time
+            for sub in binding.regions:
+                self.functions[id(sub)] = self.function(sub)
+        if name is None:
+            self.counter += 1
+            name = f"{region.name}_{self.counter}"
+        symbols: dict[str, tir.Var] = {}
+        self.symbols = symbols
+        invoke = relax.Var("invoke", relax.ObjectType())
+        params = [relax.Var(p.hint.replace(".", "_") or f"p{k}", relax_type(p.type, symbols))
+                  for k, p in enumerate(region.params)]
+        with self.bb.function(name, [invoke, *params], pure=False, private=name != "main"):
+            env = {p.uid: v for p, v in zip(region.params, params)}
+            for binding in region.bindings:
+                self.binding(binding, env, invoke)
+            # the builder may reuse an identical function already built: use the var it returns
+            return self.bb.emit_func_output(relax.Tuple([env[v.uid] for v in region.results]))
+
+    def binding(self, binding: Binding, env: dict, invoke):
+        args = [env[v.uid] for v in binding.inputs]
+        if binding.op in ops.CONTROL_OPS:
+            outputs = getattr(self, f"_{binding.op}")(binding, args, invoke)
+        elif binding.op in ops.TAPE_OPS:
+            outputs = self._tape(binding, args)
+        else:
+            lowering = LOWERINGS.get(binding.op)
+            if lowering is None:
+                raise UnsupportedError(message(f"{binding.op} has no Relax lowering yet",
+                                               where=f"op {binding.op!r} at {binding.loc.long()}",
+                                               instead="run the program with egad.interpret"))
+            result = lowering(self.bb, args, binding.attrs, binding)
+            outputs = result if isinstance(result, tuple) else (result,)
+        for var, value in zip(binding.outputs, outputs):
+            env[var.uid] = self.bb.emit(value)
+
+    def _unpack(self, call, count: int):
+        result = self.bb.emit(call)
+        return tuple(relax.TupleGetItem(result, k) for k in range(count))
+
+    def _unpack_typed(self, call, outputs):
+        """A driver call's results, cast to their full types (with symbolic dims, bound
+        at run time) so that the ops reading them can be lowered."""
+        items = self._unpack(call, len(outputs))
+        return tuple(self.bb.match_cast(self.bb.emit(item), relax_type(var.type, self.symbols))
+                     for item, var in zip(items, outputs))
+
+    def _call(self, region: Region, invoke, args):
+        return relax.Call(self.functions[id(region)], [invoke, *args])
+
+    def _if(self, binding: Binding, args, invoke):
+        then, otherwise = binding.regions
+        choice = relax.If(args[0], self._call(then, invoke, args[1:]), self._call(otherwise, invoke, args[1:]))
+        return self._unpack(choice, len(binding.outputs))
+
+    def _switch(self, binding: Binding, args, invoke):
+        last = len(binding.regions) - 1
+        index = self.bb.emit(relax.op.clip(relax.op.astype(args[0], "int64"), 0, last))
+        choice = self._call(binding.regions[last], invoke, args[1:])
+        for k in range(last - 1, -1, -1):
+            test = self.bb.emit(relax.op.equal(index, relax.const(k, "int64")))
+            choice = relax.If(test, self._call(binding.regions[k], invoke, args[1:]), choice)
+        return self._unpack(choice, len(binding.outputs))
+
+    def _for(self, binding: Binding, args, invoke):
+        n_state = binding.attrs["n_state"]
+        (body,) = binding.regions
+        ys = [v.type for v in binding.outputs[n_state:]]
+        # shapes of the stacked outputs' rows, for a loop that runs zero times
+        layout = json.dumps([[list(t.shape[1:]), t.dtype] for t in ys])
+        call = relax.Call(relax.ExternFunc("egad.for_loop"),
+                          [invoke, self.functions[id(body)], args[0], args[1],
+                           relax.prim_value(int(bool(binding.attrs.get("reverse")))), relax.prim_value(n_state),
+                           relax.expr.String(layout), *args[2:]],
+                          ty_args=[relax.TupleType([_loose(v.type) for v in binding.outputs])])
+        return self._unpack_typed(call, binding.outputs)
+
+    def _while(self, binding: Binding, args, invoke):
+        cond, body = binding.regions
+        call = relax.Call(relax.ExternFunc("egad.while_loop"),
+                          [invoke, self.functions[id(cond)], self.functions[id(body)],
+                           relax.prim_value(binding.attrs["n_state"]), *args],
+                          ty_args=[relax.TupleType([_loose(v.type) for v in binding.outputs])])
+        return self._unpack_typed(call, binding.outputs)
+
+    def _tape(self, binding: Binding, args):
+        if binding.op == "tape_alloc":
+            return (relax.Call(relax.ExternFunc("egad.tape_alloc"), [], ty_args=[_HANDLE]),)
+        if binding.op == "tape_push":
+            return (relax.Call(relax.ExternFunc("egad.tape_push"), args, ty_args=[_HANDLE]),)
+        elem = _loose(binding.outputs[0].type)
+        call = relax.Call(relax.ExternFunc("egad.tape_pop"), args, ty_args=[relax.TupleType([elem, _HANDLE])])
+        return self._unpack_typed(call, binding.outputs)
+
+
+def lower(program: Program):
+    """The Relax IRModule of `program` (its `main` returns a tuple of the flat results)."""
+    return Lowering().module(program)
+
