@@ -491,10 +491,16 @@ def _tape_residuals(fb, forward: ForwardRegion, bb, backward: "BackwardRegion", 
     `fb`, except the captures in `passed` (counter, invariants, operands), which
     reach the adjoint directly. Each residual gets its own tape: pushed at the end
     of the forward body, popped (into the captured var) at the start of the adjoint
-    body. Returns the pop bindings to put first in the adjoint body."""
+    body. Literals are recreated in the adjoint body instead. Returns the bindings
+    to put first in the adjoint body."""
     pops = []
+    producers = {v.uid: b for b in fb.bindings for v in b.outputs}
     for outer, inner in list(bb.captures.values()):
         if inner.uid in passed:
+            continue
+        producer = producers.get(outer.uid)
+        if producer is not None and producer.op == "const":  # recreate a literal rather than tape it
+            pops.append(Binding((inner,), "const", (), dict(producer.attrs), (), loc))
             continue
         slot = TapeSlot(TensorType(outer.type.shape, outer.type.dtype), outer.hint or "r")
         (pushed,) = record("tape_push", [forward.tapes.get(slot), Tracer(fb, outer)], {}, [TapeType(slot.elem)])

@@ -96,3 +96,10 @@ def test_an_op_without_a_gradient_is_refused_with_its_line():
     with pytest.raises(egad.UnsupportedError) as info:
         egad.grad(egad.trace(f, W))
     assert "einsum" in str(info.value) and "test_redundancy.py" in str(info.value)
+
+
+def test_literals_are_recreated_not_taped():
+    def scale(h0):  # the adjoint of h * 3.0 reads the literal 3.0, never worth a tape
+        return enp.sum(egad.fori_loop(0, 4, lambda t, h: h * 3.0, h0))
+
+    assert "tape_push" not in _ops(egad.grad(egad.trace(scale, H0 + 1.0)))
