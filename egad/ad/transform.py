@@ -32,6 +32,7 @@ from ..frontend import numpy_api as enp
 from ..frontend.primitives import is_tracer, record, to_tracer
 from ..frontend.tracer import Tracer
 from ..ir import ops
+from ..ir.dce import eliminate_dead_code_in
 from ..ir.program import Binding, Region, Var
 from ..ir.types import TapeType, TensorType, fresh_symbol
 from .activity import Activity, loop_slot_active
@@ -267,6 +268,7 @@ class ForwardRegion:
             # Sort the adjoint body's captures: counter and invariants pass through,
             # everything else is a residual, taped here and popped there.
             passed = {adjoint_counter.uid} | {v.uid for v in adjoint_invariants}
+            _drop_dead_code(bb, backward, state_ct_results + sums + sparse_results)
             pops = _tape_residuals(fb, forward, bb, backward, passed, binding.loc)
             slots = list(forward.tapes.current)  # nested loops' tapes, then this loop's own
             adjoint_tape_params = [backward.tapes.param_for(s) for s in slots]
@@ -323,6 +325,7 @@ class ForwardRegion:
                     backward.run(old.bindings, cts)
                     operand_cts = [bb.resolve(to_tracer(backward.dense(cts, old.params[k], forward.value(old.params[k]))))
                                    for k in active_operands]
+                _drop_dead_code(bb, backward, operand_cts)
                 pops = _tape_residuals(fb, forward, bb, backward, {v.uid for v in operand_stand_ins}, binding.loc)
                 results = [fb.resolve(forward.value(r)) for r in old.results]
                 built.append(_BuiltBranch(old.name, fb, forward, params, results, bb, backward, operand_stand_ins,
@@ -483,6 +486,19 @@ class BackwardRegion:
             self.add(cts, binding.inputs[1 + k], ct)
         for slot, tape in zip(adjoint.slots, outputs[len(adjoint.active_operands):]):
             self.tapes.set(slot, tape)
+
+
+def _drop_dead_code(bb, backward: "BackwardRegion", results: list[Var]):
+    """Remove adjoint code nobody reads (e.g. d/db of `a * b` for a constant b), and
+    the captures only it read, before captures become residuals: a residual is
+    taped only if a live adjoint formula reads it."""
+    region = Region((), bb.bindings, tuple(results) + tuple(backward.tapes.result_for(s)
+                                                            for s in list(backward.tapes.current)), bb.name)
+    eliminate_dead_code_in(region)
+    used = {v.uid for b in region.bindings for v in b.inputs} | {v.uid for v in region.results}
+    for uid, (outer, inner) in list(bb.captures.items()):
+        if inner.uid not in used:
+            del bb.captures[uid]
 
 
 def _tape_residuals(fb, forward: ForwardRegion, bb, backward: "BackwardRegion", passed: set[int],

@@ -10,18 +10,19 @@ from .program import Program, Region
 
 
 def eliminate_dead_code(program: Program) -> Program:
-    _clean(program.region)
+    eliminate_dead_code_in(program.region)
     return program
 
 
-def _clean(region: Region) -> None:
+def eliminate_dead_code_in(region: Region) -> None:
+    """Drop `region`'s dead bindings (and those of its sub-regions), in place."""
     live = {v.uid for v in region.results}
     kept = []
     for binding in reversed(region.bindings):
         if not any(v.uid in live for v in binding.outputs):
             continue
         for sub in binding.regions:
-            _clean(sub)
+            eliminate_dead_code_in(sub)
         live.update(v.uid for v in binding.inputs)
         kept.append(binding)
     region.bindings[:] = reversed(kept)
