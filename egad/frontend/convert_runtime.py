@@ -151,10 +151,9 @@ def if_stmt(test, then_fn, else_fn, state: tuple, names: tuple, info: StatementI
     if not is_tracer(test):
         return then_fn(*state) if test else else_fn(*state)
     _refuse_unconvertible(info)
-    state = _fill_undefined(state, names, info, (then_fn, else_fn))
+    state, outputs, one_sided = _settle_undefined(state, names, info, (then_fn, else_fn))
     operands = [k for k, v in enumerate(state) if _carriable(v)]
-    both = set(info.then_assigns) & set(info.else_assigns)
-    outputs = [k for k, name in enumerate(names) if k in operands or name in both]
+    outputs = sorted(set(operands) | set(outputs))
     untouchable = [k for k, v in enumerate(state) if k not in operands and not isinstance(v, Undefined)]
 
     def branch(fn, label):
@@ -182,28 +181,39 @@ def if_stmt(test, then_fn, else_fn, state: tuple, names: tuple, info: StatementI
     final = list(state)
     for k, value in zip(outputs, results):
         final[k] = value
-    for k, name in enumerate(names):
-        if k not in outputs and isinstance(state[k], Undefined) and name in set(info.then_assigns) | set(info.else_assigns):
-            final[k] = Undefined(name, f"it is assigned in only one branch of the if on a traced value at {info.where}")
+    for k in one_sided:
+        final[k] = Undefined(names[k], f"it is assigned in only one branch of the if on a traced value at {info.where}")
     return tuple(final)
 
 
-def _fill_undefined(state, names, info: StatementInfo, branches):
-    """Give zeros of the type a branch assigns (read off a trial trace) to the
-    still-undefined variables that may be assigned on one path only: an early
-    return's value, and anything first assigned under a guard `if`."""
-    positions = [k for k, name in enumerate(names) if isinstance(state[k], Undefined)
-                 and (name.startswith(RETURN_VALUE_PREFIX) or (info.guard and name in info.then_assigns))]
-    if not positions:
-        return state
-    state = list(state)
+def _settle_undefined(state, names, info: StatementInfo, branches):
+    """For variables the branches may assign that have no value yet, one trial trace
+    of each branch (then dropped) tells which branches give them one:
+    - all branches: an output of the if;
+    - some: an early return's value, or a variable first assigned under a guard
+      `if`, starts as zeros of that type (the other paths never read it); any other
+      variable is undefined after the if (`one_sided`);
+    - none (e.g. assignments pruned by static conditions): still undefined.
+    Returns (state, outputs, one_sided)."""
+    assigned = set(info.then_assigns) | set(info.else_assigns)
+    undefined = [k for k, v in enumerate(state) if isinstance(v, Undefined) and names[k] in assigned]
+    if not undefined:
+        return state, [], []
+    probes = []
     for fn in branches:
-        with context.open_region("probe"):  # traced to learn types, then dropped
-            out = fn(*state)
-        for k in positions:
-            if isinstance(state[k], Undefined) and _carriable(out[k]):
-                state[k] = _zeros_like_probe(out[k], names[k])
-    return tuple(state)
+        with context.open_region("probe"):
+            probes.append(fn(*state))
+    state, outputs, one_sided = list(state), [], []
+    for k in undefined:
+        values = [out[k] for out in probes if _carriable(out[k])]
+        fillable = names[k].startswith(RETURN_VALUE_PREFIX) or (info.guard and names[k] in info.then_assigns)
+        if len(values) == len(probes):
+            outputs.append(k)
+        elif values and fillable:
+            state[k] = _zeros_like_probe(values[0], names[k])
+        elif values:
+            one_sided.append(k)
+    return tuple(state), outputs, one_sided
 
 
 def _zeros_like_probe(value, name: str):
@@ -309,6 +319,17 @@ def for_stmt(iterable, body_fn, state: tuple, names: tuple, info: StatementInfo)
     return tuple(full(results))
 
 
+def _as_params(builder, value):
+    """Fresh params of `builder` with the types of a (pytree) value's leaves."""
+    leaves, tree = flatten(value)
+    params = []
+    for leaf in leaves:
+        dtype, weak = dtype_of(leaf)
+        shape = leaf.type.shape if is_tracer(leaf) else np.shape(leaf)
+        params.append(Tracer(builder, builder.add_param(TensorType(shape, dtype, weak))))
+    return unflatten(tree, params)
+
+
 def _loop_local_reason(info: StatementInfo) -> str:
     return (f"it is first assigned inside the {info.kind} loop on a traced value at {info.where} and is not an array, "
             "so it exists only inside the loop")
@@ -335,7 +356,12 @@ def _loop_state(body, leading_types, state, names, info) -> tuple[list[int], lis
         return carried, initial
     with context.open_region("probe") as builder:  # traced once to learn types, then dropped
         leading = [Tracer(builder, builder.add_param(t)) for t in leading_types]
-        out = body(*leading, *state)
+        # carried values enter as traced params, as in the loop itself (a Python int
+        # counter must not make the trial take a static branch the loop cannot)
+        trial = list(state)
+        for k in carried:
+            trial[k] = _as_params(builder, state[k])
+        out = body(*leading, *trial)
     probed = {}
     for k in undefined:
         if not isinstance(out[k], Undefined) and _carriable(out[k]):
