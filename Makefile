@@ -33,3 +33,4 @@ clean:
 # Speed and memory measurements: tables on stdout, JSON in benchmarks/results/.
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.interp_overhead
+	$(BIN)/python -m benchmarks.loop_driver
