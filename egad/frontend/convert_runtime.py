@@ -274,13 +274,7 @@ def while_stmt(cond_fn, body_fn, state: tuple, names: tuple, info: StatementInfo
     carried, initial = _loop_state(lambda *s: body_fn(*s), (), state, names, info)
 
     def full(values):
-        out = list(state)
-        for k in range(len(out)):
-            if isinstance(out[k], Undefined) and k not in carried:
-                out[k] = Undefined(names[k], _loop_local_reason(info))
-        for k, value in zip(carried, values):
-            out[k] = value
-        return out
+        return _full_state(state, carried, values, names, info)
 
     results = control.while_loop(lambda values: cond_fn(*full(values)),
                                  lambda values: _select(body_fn(*full(values)), carried, state, names, info),
@@ -301,22 +295,28 @@ def for_stmt(iterable, body_fn, state: tuple, names: tuple, info: StatementInfo)
             state = tuple(body_fn(item, *state))
         return tuple(state)
     _refuse_unconvertible(info)
-    probe_item = element
-    carried, initial = _loop_state(lambda k, *s: body_fn(probe_item(k), *s), (TensorType((), "int64", weak=True),),
+    carried, initial = _loop_state(lambda k, *s: body_fn(element(k), *s), (TensorType((), "int64", weak=True),),
                                    state, names, info)
 
     def full(values):
-        out = list(state)
-        for k in range(len(out)):
-            if isinstance(out[k], Undefined) and k not in carried:
-                out[k] = Undefined(names[k], _loop_local_reason(info))
-        for k, value in zip(carried, values):
-            out[k] = value
-        return out
+        return _full_state(state, carried, values, names, info)
 
     results = control.fori_loop(0, count, lambda k, values: _select(body_fn(element(k), *full(values)), carried,
                                                                    state, names, info), tuple(initial))
     return tuple(full(results))
+
+
+def _full_state(state, carried, values, names, info: StatementInfo) -> list:
+    """All the statement's variables inside (or after) a traced loop: the carried ones
+    from `values`, the others as before, except that variables that had no value and
+    are not carried exist only inside the loop."""
+    out = list(state)
+    for k in range(len(out)):
+        if isinstance(out[k], Undefined) and k not in carried:
+            out[k] = Undefined(names[k], _loop_local_reason(info))
+    for k, value in zip(carried, values):
+        out[k] = value
+    return out
 
 
 def _as_params(builder, value):
