@@ -11,7 +11,7 @@ from ..ir.program import ArgSignature, Program, Region
 from ..ir.types import Dim, TensorType, canonical_dtype
 from ..ir.verify import verify
 from ..pytree import flatten, leaf_paths, path_hint, unflatten
-from ..source import SourceLoc, user_location
+from ..source import SourceLoc, located_at, user_location
 from . import context
 from .primitives import to_tracer
 from .tracer import Tracer
@@ -117,7 +117,8 @@ def trace(fn, *args, static_argnums=(), convert: bool = False) -> Program:
         out = fn(*call_args)
         out_leaves, out_tree = flatten(out)
         try:
-            results = [builder.resolve(to_tracer(leaf)) for leaf in out_leaves]
+            with located_at(location):  # constants returned as Python values belong to fn, not the caller
+                results = [builder.resolve(to_tracer(leaf)) for leaf in out_leaves]
         except EgadError as error:
             raise EgadError(message(f"the traced function's output: {error}", where=location)) from None
     region = Region(tuple(builder.params), builder.bindings, tuple(results), "program")
