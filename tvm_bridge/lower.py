@@ -59,10 +59,13 @@ class Lowering:
         self.function(program.region, "main")
         return self.bb.get()
 
-    def function(self, region: Region, name: str | None = None) -> relax.GlobalVar:
+    def function(self, region: Region, name: str | None = None, counter_step: int = 0) -> relax.GlobalVar:
+        """A Relax function for `region`. A `for` body (counter_step ±1) also returns
+        its next counter, so the driver never builds a tensor per iteration."""
         for binding in region.bindings:  # sub-regions first: Relax builds one function at a time
+            step = (-1 if binding.attrs.get("reverse") else 1) if binding.op == "for" else 0
             for sub in binding.regions:
-                self.functions[id(sub)] = self.function(sub)
+                self.functions[id(sub)] = self.function(sub, counter_step=step)
         if name is None:
             self.counter += 1
             name = f"{region.name}_{self.counter}"
@@ -75,8 +78,11 @@ class Lowering:
             env = {p.uid: v for p, v in zip(region.params, params)}
             for binding in region.bindings:
                 self.binding(binding, env, invoke)
+            results = [env[v.uid] for v in region.results]
+            if counter_step:
+                results.append(self.bb.emit(relax.op.add(params[0], relax.const(counter_step, "int64"))))
             # the builder may reuse an identical function already built: use the var it returns
-            return self.bb.emit_func_output(relax.Tuple([env[v.uid] for v in region.results]))
+            return self.bb.emit_func_output(relax.Tuple(results))
 
     def binding(self, binding: Binding, env: dict, invoke):
         args = [env[v.uid] for v in binding.inputs]

@@ -44,12 +44,17 @@ def _for_loop(invoke, body, lo, hi, reverse, n_state, ys_layout, *values):
     device = values[0].device if values else tvm.cpu()
     steps = range(hi - 1, lo - 1, -1) if int(reverse) else range(lo, hi)
     rows = [None] * max(hi - lo, 0)
+    if rows:
+        # the body returns its next counter last: one counter tensor made here, none per iteration
+        counter = tvm.runtime.tensor(np.asarray(steps[0], "int64"), device)
     for i in steps:
-        out = invoke(body, invoke, tvm.runtime.tensor(np.asarray(i, "int64"), device), *state, *invariants)
-        state = list(out[:n_state])
-        rows[i - lo] = list(out[n_state:])
+        out = list(invoke(body, invoke, counter, *state, *invariants))
+        state = out[:n_state]
+        if len(out) > n_state + 1:
+            rows[i - lo] = out[n_state:-1]
+        counter = out[-1]
     ys = _stack(rows, ys_layout, device) if json.loads(ys_layout) else []
-    if not rows:
+    if not steps:
         state = [_copy(v) for v in state]
     return tvm_ffi.convert(state + ys)
 
