@@ -12,6 +12,7 @@
 """
 from . import nn, numpy
 from .ad import grad, value_and_grad
+from .api import Optimized, optimize
 from .errors import (
     ArgumentError, BranchMismatchError, EgadError, IndexOutOfRangeError, LoopStateError, NumpyInteropError,
     ShapeError, TracerConversionError, TracerLeakError, UnsupportedError, VerifyError,
@@ -26,7 +27,8 @@ from .ir import Program, TensorType, verify
 __version__ = "0.1.0"
 
 __all__ = [
-    "trace", "function", "Program", "Spec", "interpret", "RunStats", "grad", "value_and_grad", "cond", "switch", "fori_loop", "while_loop", "scan",
+    "trace", "function", "Program", "Spec", "interpret", "RunStats", "grad", "value_and_grad", "optimize",
+    "Optimized", "cond", "switch", "fori_loop", "while_loop", "scan",
     "stop_gradient", "numpy", "nn", "verify", "TensorType", "EgadError", "ArgumentError", "BranchMismatchError",
     "IndexOutOfRangeError", "LoopStateError", "NumpyInteropError", "ShapeError", "TracerConversionError",
     "TracerLeakError", "UnsupportedError", "VerifyError",

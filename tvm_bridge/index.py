@@ -11,19 +11,30 @@ from .shape import static_shape
 R = relax.op
 
 
-def _in_range(bb, index, size: int):
-    """numpy's wrap of negative indices, then a clamp into [0, size)."""
+def _in_range(bb, index, size):
+    """numpy's wrap of negative indices, then a clamp into [0, size). `size` is an
+    int, or an int64 scalar tensor for a symbolic axis."""
     dtype = "int64"
     index = bb.emit(R.astype(index, dtype))
-    wrapped = bb.emit(R.where(R.less(index, relax.const(0, dtype)), R.add(index, relax.const(size, dtype)), index))
-    return R.clip(wrapped, 0, size - 1)
+    size = relax.const(size, dtype) if isinstance(size, int) else size
+    wrapped = bb.emit(R.where(R.less(index, relax.const(0, dtype)), R.add(index, size), index))
+    last = bb.emit(R.subtract(size, relax.const(1, dtype)))
+    return R.minimum(R.maximum(wrapped, relax.const(0, dtype)), last)
+
+
+def _axis_size(bb, x, x_type, axis: int):
+    """The size of one axis: an int when static, else read off the tensor at run time."""
+    size = x_type.shape[axis]
+    if isinstance(size, int):
+        return size
+    sizes = bb.emit(R.shape_to_tensor(R.shape_of(x)))
+    return bb.emit(R.take(sizes, relax.const(axis, "int64"), axis=0))
 
 
 @lowers("take")
 def _take(bb, args, attrs, binding):
     x_type = binding.inputs[0].type
-    size = static_shape((x_type.shape[attrs["axis"]],), binding)[0]
-    index = bb.emit(_in_range(bb, args[1], size))
+    index = bb.emit(_in_range(bb, args[1], _axis_size(bb, args[0], x_type, attrs["axis"])))
     return R.take(args[0], index, axis=attrs["axis"], mode="clip")
 
 
