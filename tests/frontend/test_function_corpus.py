@@ -21,6 +21,7 @@ import egad
 from egad.pytree import flatten
 from tests.ad.gradcheck import scalar_loss, to_float64
 from tests.programs import all_programs
+from tests.trees import assert_trees_close
 
 from .plain_python_programs import ORIGINAL, PLAIN
 
@@ -30,20 +31,6 @@ CONVERTED = [p for p in PROGRAMS if p.name in PLAIN]
 DIFFERENTIABLE = [p for p in CONVERTED if p.differentiable_argnums]
 SEEDS = (0, 1)
 GRAD_RTOL = 1e-9
-
-
-def assert_trees_close(got, want, rtol: float, context: str = "", atol: float | None = None):
-    got_leaves, got_tree = flatten(got)
-    want_leaves, want_tree = flatten(want)
-    assert got_tree == want_tree, f"{context}: structure {got_tree} != {want_tree}"
-    for k, (g, w) in enumerate(zip(got_leaves, want_leaves)):
-        g, w = np.asarray(g), np.asarray(w)
-        assert g.shape == w.shape, f"{context} leaf {k}: shape {g.shape} != {w.shape}"
-        if w.dtype.kind in "biu":
-            np.testing.assert_array_equal(g, w, err_msg=f"{context} leaf {k}")
-        else:
-            np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol if atol is None else atol,
-                                       err_msg=f"{context} leaf {k}")
 
 
 def test_plain_versions_cover_the_corpus():

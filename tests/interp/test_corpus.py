@@ -5,23 +5,10 @@ import numpy as np
 import pytest
 
 import egad
-from egad.pytree import flatten
 from tests.programs import all_programs
+from tests.trees import assert_trees_close
 
 PROGRAMS = all_programs()
-
-
-def assert_trees_close(got, want, rtol: float, context: str = ""):
-    got_leaves, got_tree = flatten(got)
-    want_leaves, want_tree = flatten(want)
-    assert got_tree == want_tree, f"{context}: structure {got_tree} != {want_tree}"
-    for k, (g, w) in enumerate(zip(got_leaves, want_leaves)):
-        g, w = np.asarray(g), np.asarray(w)
-        assert g.shape == w.shape, f"{context} leaf {k}: shape {g.shape} != {w.shape}"
-        if w.dtype.kind in "biu":
-            np.testing.assert_array_equal(g, w, err_msg=f"{context} leaf {k}")
-        else:
-            np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol, err_msg=f"{context} leaf {k}")
 
 
 def test_corpus_is_large_enough():

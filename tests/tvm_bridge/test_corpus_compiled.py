@@ -10,7 +10,7 @@ import pytest
 import egad
 from egad.tvm_bridge.build import build
 from tests.ad.gradcheck import scalar_loss, to_float64
-from tests.interp.test_corpus import assert_trees_close
+from tests.trees import assert_trees_close
 from tests.programs import all_programs
 
 PROGRAMS = all_programs()
