@@ -122,10 +122,10 @@ class Lowering:
 
     def _switch(self, binding: Binding, args, invoke):
         last = len(binding.regions) - 1
-        index = self.bb.emit(relax.op.clip(relax.op.astype(args[0], "int64"), 0, last))
+        selector = self.bb.emit(relax.op.clip(relax.op.astype(args[0], "int64"), 0, last))
         choice = self._call(binding.regions[last], invoke, args[1:])
         for k in range(last - 1, -1, -1):
-            test = self.bb.emit(relax.op.equal(index, relax.const(k, "int64")))
+            test = self.bb.emit(relax.op.equal(selector, relax.const(k, "int64")))
             choice = relax.If(test, self._call(binding.regions[k], invoke, args[1:]), choice)
         return self._unpack(choice, len(binding.outputs))
 

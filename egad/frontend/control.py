@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import BranchMismatchError, EgadError, LoopStateError, ShapeError, message
 from ..ir.program import Binding, Var
-from ..ir.types import TensorType, fresh_symbol, is_float, is_int
+from ..ir.types import TensorType, fresh_symbol, is_int
 from ..pytree import TreeDef, flatten, leaf_paths, path_hint, unflatten
 from ..source import user_location
 from . import context

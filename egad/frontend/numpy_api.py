@@ -8,7 +8,6 @@ need, and records ops through `primitives.apply`.
 from __future__ import annotations
 
 import builtins
-import math
 
 import numpy as np
 
@@ -16,7 +15,7 @@ from ..errors import IndexOutOfRangeError, ShapeError, UnsupportedError, message
 from ..ir import shapes
 from ..ir.types import canonical_dtype, fresh_symbol, is_float, is_int
 from ..source import user_location
-from .primitives import apply1, cast_to, constant, dtype_of, is_tracer, result_dtype, to_tracer
+from .primitives import apply1, cast_to, dtype_of, is_tracer, result_dtype, to_tracer
 
 # numpy's dtype names, so `x.astype(enp.float32)` reads like numpy.
 bool_ = np.bool_
