@@ -5,7 +5,7 @@ import numpy as np
 from tvm import relax
 
 from .registry import lowers
-from .shape import static_shape
+from .shape import target_shape
 
 R = relax.op
 
@@ -18,13 +18,13 @@ def _const(bb, args, attrs, binding):
 
 @lowers("full")
 def _full(bb, args, attrs, binding):
-    shape = static_shape(attrs["shape"], binding)
+    shape = target_shape(bb, attrs["shape"], args)
     return R.full(shape, relax.const(attrs["value"], attrs["dtype"]), attrs["dtype"])
 
 
 @lowers("iota")
 def _iota(bb, args, attrs, binding):
-    shape = static_shape(attrs["shape"], binding)
+    shape = target_shape(bb, attrs["shape"], args)
     axis = attrs["axis"]
     line = bb.emit(R.arange(0, shape[axis], 1, attrs["dtype"]))
     view = [1] * len(shape)

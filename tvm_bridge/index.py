@@ -42,8 +42,9 @@ def _take(bb, args, attrs, binding):
 def _index_add(bb, args, attrs, binding):
     x_type, index_type = binding.inputs[0].type, binding.inputs[1].type
     axis = attrs["axis"]
-    shape = static_shape(x_type.shape, binding)
+    shape = x_type.shape  # the indexed axis may be symbolic; the others must be static
     perm = [axis] + [k for k in range(len(shape)) if k != axis]
+    static_shape([shape[k] for k in perm[1:]], binding)
     data = bb.emit(R.permute_dims(args[0], perm)) if axis else args[0]
     values = args[2]
     if axis:  # move the index axes of the values to the front
@@ -52,7 +53,8 @@ def _index_add(bb, args, attrs, binding):
         values = bb.emit(R.permute_dims(values, value_axes + [k for k in range(value_rank) if k not in value_axes]))
     # one row of values per index (the index count may be symbolic: -1)
     values = bb.emit(R.reshape(values, [-1] + [shape[k] for k in perm[1:]]))
-    added = bb.emit(R.scatter_elements(data, _row_indices(bb, args[1], shape[axis], values), values, axis=0,
+    size = _axis_size(bb, args[0], x_type, axis)
+    added = bb.emit(R.scatter_elements(data, _row_indices(bb, args[1], size, values), values, axis=0,
                                        reduction="add"))
     if not axis:
         return added
@@ -61,9 +63,9 @@ def _index_add(bb, args, attrs, binding):
 
 @lowers("update")
 def _update(bb, args, attrs, binding):
-    shape = static_shape(binding.inputs[0].type.shape, binding)
     row = bb.emit(R.expand_dims(args[2], 0))
-    return R.scatter_elements(args[0], _row_indices(bb, args[1], shape[0], row), row, axis=0, reduction="update")
+    size = _axis_size(bb, args[0], binding.inputs[0].type, 0)
+    return R.scatter_elements(args[0], _row_indices(bb, args[1], size, row), row, axis=0, reduction="update")
 
 
 def _row_indices(bb, index, size: int, rows):

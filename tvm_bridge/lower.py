@@ -20,7 +20,7 @@ from egad.ir.program import Binding, Program, Region
 from egad.ir.types import TapeType
 
 from . import creation, elementwise, index, linalg, nn, reduction, shape  # noqa: F401 (register lowerings)
-from .registry import LOWERINGS
+from .registry import LOWERINGS, FunctionScope
 
 _HANDLE = relax.TensorType((), "int64")  # a tape, as a handle
 
@@ -70,7 +70,7 @@ class Lowering:
             self.counter += 1
             name = f"{region.name}_{self.counter}"
         symbols: dict[str, tir.Var] = {}
-        self.symbols = symbols
+        self.symbols = FunctionScope.symbols = symbols
         invoke = relax.Var("invoke", relax.ObjectType())
         params = [relax.Var(p.hint.replace(".", "_") or f"p{k}", relax_type(p.type, symbols))
                   for k, p in enumerate(region.params)]

@@ -15,3 +15,10 @@ def lowers(*names: str):
         return fn
 
     return register
+
+
+class FunctionScope:
+    """The symbolic dims (name -> tir.Var) of the Relax function being built, so a
+    lowering that creates a symbolic shape reuses the function's own variable."""
+
+    symbols: dict = {}

@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 from tvm import relax
+from tvm import tirx as tir
 
 from egad.errors import UnsupportedError, message
 
-from .registry import lowers
+from .registry import FunctionScope, lowers
 
 R = relax.op
 
@@ -20,6 +21,23 @@ def static_shape(shape, binding) -> tuple[int, ...]:
     return tuple(shape)
 
 
+def target_shape(bb, shape, sizes) -> list:
+    """A shape attribute as Relax dims: ints stay, each symbolic dim is bound (by a
+    match_cast, checked at run time) to its int64 size input, in order."""
+    sizes = iter(sizes)
+    dims = []
+    for dim in shape:
+        if isinstance(dim, int):
+            dims.append(dim)
+            continue
+        symbol = FunctionScope.symbols.setdefault(dim, tir.Var("".join(c if c.isalnum() else "_" for c in dim),
+                                                               "int64"))
+        as_shape = bb.emit(relax.op.tensor_to_shape(bb.emit(relax.op.reshape(next(sizes), [1]))))
+        bb.match_cast(as_shape, relax.ShapeType([symbol]))
+        dims.append(symbol)
+    return dims
+
+
 @lowers("transpose")
 def _transpose(bb, args, attrs, binding):
     return R.permute_dims(args[0], list(attrs["perm"]))
@@ -27,12 +45,12 @@ def _transpose(bb, args, attrs, binding):
 
 @lowers("reshape")
 def _reshape(bb, args, attrs, binding):
-    return R.reshape(args[0], static_shape(attrs["shape"], binding))
+    return R.reshape(args[0], target_shape(bb, attrs["shape"], args[1:]))
 
 
 @lowers("broadcast_to")
 def _broadcast_to(bb, args, attrs, binding):
-    return R.broadcast_to(args[0], static_shape(attrs["shape"], binding))
+    return R.broadcast_to(args[0], target_shape(bb, attrs["shape"], args[1:]))
 
 
 @lowers("concat")

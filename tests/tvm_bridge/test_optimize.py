@@ -59,3 +59,23 @@ def test_unsupported_options_are_refused():
         egad.optimize(program, rules=["algebra"])
     with pytest.raises(egad.UnsupportedError, match="target"):
         egad.optimize(program, target="metal")
+
+
+def test_symbolic_shapes_are_lowered_without_rebuilding():
+    def f(xs, h0):
+        T = xs.shape[0]
+        h = egad.fori_loop(0, T, lambda t, h: enp.tanh(xs[t] + h), h0)
+        ramp = enp.zeros((T, 3)) + enp.arange(T)[:, None] * 0.5  # shapes built from the traced length
+        return enp.sum(h) + enp.sum(ramp * xs) + enp.sum(xs.reshape(-1) ** 2)
+
+    program = egad.trace(f, egad.Spec(("T", 3), "float64"), np.zeros(3))
+    optimized = egad.optimize(program, wrt=(0, 1))
+    for T in (1, 3, 6):
+        xs = RNG.standard_normal((T, 3))
+        value, (dxs, dh0) = optimized(xs, np.zeros(3))
+        expected, (expected_dxs, expected_dh0) = egad.interpret(egad.value_and_grad(program, wrt=(0, 1)), xs,
+                                                                 np.zeros(3))
+        np.testing.assert_allclose(value, expected, rtol=1e-12)
+        np.testing.assert_allclose(dxs, expected_dxs, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(dh0, expected_dh0, rtol=1e-10, atol=1e-12)
+    assert optimized.builds == 1
