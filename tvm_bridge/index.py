@@ -6,7 +6,7 @@ from tvm import relax
 from tvm import tirx as tir
 
 from .registry import lowers
-from .shape import static_shape
+from .shape import axis_size, static_shape
 
 R = relax.op
 
@@ -22,19 +22,10 @@ def _in_range(bb, index, size):
     return R.minimum(R.maximum(wrapped, relax.const(0, dtype)), last)
 
 
-def _axis_size(bb, x, x_type, axis: int):
-    """The size of one axis: an int when static, else read off the tensor at run time."""
-    size = x_type.shape[axis]
-    if isinstance(size, int):
-        return size
-    sizes = bb.emit(R.shape_to_tensor(R.shape_of(x)))
-    return bb.emit(R.take(sizes, relax.const(axis, "int64"), axis=0))
-
-
 @lowers("take")
 def _take(bb, args, attrs, binding):
     x_type = binding.inputs[0].type
-    index = bb.emit(_in_range(bb, args[1], _axis_size(bb, args[0], x_type, attrs["axis"])))
+    index = bb.emit(_in_range(bb, args[1], axis_size(bb, args[0], x_type, attrs["axis"])))
     return R.take(args[0], index, axis=attrs["axis"], mode="clip")
 
 
@@ -53,7 +44,7 @@ def _index_add(bb, args, attrs, binding):
         values = bb.emit(R.permute_dims(values, value_axes + [k for k in range(value_rank) if k not in value_axes]))
     # one row of values per index (the index count may be symbolic: -1)
     values = bb.emit(R.reshape(values, [-1] + [shape[k] for k in perm[1:]]))
-    size = _axis_size(bb, args[0], x_type, axis)
+    size = axis_size(bb, args[0], x_type, axis)
     added = bb.emit(R.scatter_elements(data, _row_indices(bb, args[1], size, values), values, axis=0,
                                        reduction="add"))
     if not axis:
@@ -64,7 +55,7 @@ def _index_add(bb, args, attrs, binding):
 @lowers("update")
 def _update(bb, args, attrs, binding):
     row = bb.emit(R.expand_dims(args[2], 0))
-    size = _axis_size(bb, args[0], binding.inputs[0].type, 0)
+    size = axis_size(bb, args[0], binding.inputs[0].type, 0)
     return R.scatter_elements(args[0], _row_indices(bb, args[1], size, row), row, axis=0, reduction="update")
 
 

@@ -20,7 +20,7 @@ from egad.ir.program import Binding, Program, Region
 from egad.ir.types import TapeType
 
 from . import creation, elementwise, index, linalg, nn, reduction, shape  # noqa: F401 (register lowerings)
-from .registry import LOWERINGS, FunctionScope
+from .registry import LOWERINGS, FunctionScope, symbol_var
 
 _HANDLE = relax.TensorType((), "int64")  # a tape, as a handle
 
@@ -33,14 +33,8 @@ def relax_type(t, symbols: dict[str, tir.Var]):
         if isinstance(d, int):
             dims.append(d)
         else:
-            if d not in symbols:
-                symbols[d] = tir.Var(_symbol_name(d), "int64")
-            dims.append(symbols[d])
+            dims.append(symbol_var(symbols, d))
     return relax.TensorType(dims, t.dtype)
-
-
-def _symbol_name(symbol: str) -> str:
-    return "".join(c if c.isalnum() else "_" for c in symbol)
 
 
 def _loose(t):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Callable
 
+from tvm import tirx as tir
+
 LOWERINGS: dict[str, Callable] = {}
 
 
@@ -22,3 +24,10 @@ class FunctionScope:
     lowering that creates a symbolic shape reuses the function's own variable."""
 
     symbols: dict = {}
+
+
+def symbol_var(symbols: dict, name: str):
+    """The function's tir variable for symbolic dim `name` (made on first use)."""
+    if name not in symbols:
+        symbols[name] = tir.Var("".join(c if c.isalnum() else "_" for c in name), "int64")
+    return symbols[name]

@@ -2,11 +2,10 @@
 from __future__ import annotations
 
 from tvm import relax
-from tvm import tirx as tir
 
 from egad.errors import UnsupportedError, message
 
-from .registry import FunctionScope, lowers
+from .registry import FunctionScope, lowers, symbol_var
 
 R = relax.op
 
@@ -30,8 +29,7 @@ def target_shape(bb, shape, sizes) -> list:
         if isinstance(dim, int):
             dims.append(dim)
             continue
-        symbol = FunctionScope.symbols.setdefault(dim, tir.Var("".join(c if c.isalnum() else "_" for c in dim),
-                                                               "int64"))
+        symbol = symbol_var(FunctionScope.symbols, dim)
         as_shape = bb.emit(relax.op.tensor_to_shape(bb.emit(relax.op.reshape(next(sizes), [1]))))
         bb.match_cast(as_shape, relax.ShapeType([symbol]))
         dims.append(symbol)
@@ -79,8 +77,14 @@ def _slice(bb, args, attrs, binding):
 
 @lowers("dim")
 def _dim(bb, args, attrs, binding):
-    size = binding.inputs[0].type.shape[attrs["axis"]]
+    size = axis_size(bb, args[0], binding.inputs[0].type, attrs["axis"])
+    return relax.const(size, "int64") if isinstance(size, int) else size
+
+
+def axis_size(bb, x, x_type, axis: int):
+    """The size of one axis: an int when static, else read off the tensor at run time."""
+    size = x_type.shape[axis]
     if isinstance(size, int):
-        return relax.const(size, "int64")
-    sizes = bb.emit(R.shape_to_tensor(R.shape_of(args[0])))
-    return R.take(sizes, relax.const(attrs["axis"], "int64"), axis=0)
+        return size
+    sizes = bb.emit(R.shape_to_tensor(R.shape_of(x)))
+    return bb.emit(R.take(sizes, relax.const(axis, "int64"), axis=0))

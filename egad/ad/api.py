@@ -82,15 +82,12 @@ def _differentiate(program: Program, wrt, has_aux: bool, with_value: bool) -> Pr
         cts: dict[int, list] = {}
         if activity.is_active(loss_var):
             accumulate(cts, loss_var, to_tracer(enp.ones((), loss_type.dtype)))
-        BackwardRegion(gradient, top, tapes, forward).run(region.bindings, cts)
+        backward = BackwardRegion(gradient, top, tapes, forward)
+        backward.run(region.bindings, cts)
         gradients: dict[int, Var] = {}  # per param, so that a repeated wrt index repeats the gradient
         for k in sorted({k for group in wrt_params for k in group}):
             old = region.params[k]
-            total = None
-            for c in cts.pop(old.uid, []):
-                c = c.densify() if hasattr(c, "densify") else c
-                total = c if total is None else enp.add(total, c)
-            gradients[k] = top.resolve(to_tracer(total if total is not None else enp.zeros_like(env[old.uid])))
+            gradients[k] = top.resolve(to_tracer(backward.dense(cts, old, env[old.uid])))
         grads = [gradients[k] for group in wrt_params for k in group]
         value = [top.resolve(to_tracer(env[loss_var.uid]))]
         aux = [top.resolve(to_tracer(env[region.results[k].uid])) for k in aux_leaves]

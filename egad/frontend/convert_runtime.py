@@ -221,8 +221,8 @@ def _zeros_like_probe(value, name: str):
     leaves, tree = flatten(value)
     zeros = []
     for leaf in leaves:
-        dtype, _ = dtype_of(leaf)
-        shape = leaf.type.shape if is_tracer(leaf) else np.shape(leaf)
+        leaf_type = _leaf_type(leaf)
+        shape, dtype = leaf_type.shape, leaf_type.dtype
         if not all(isinstance(d, int) for d in shape):
             raise EgadError(message(
                 f"{name!r} is first assigned under a traced condition and has a symbolic shape {shape}, so egad "
@@ -322,12 +322,13 @@ def _full_state(state, carried, values, names, info: StatementInfo) -> list:
 def _as_params(builder, value):
     """Fresh params of `builder` with the types of a (pytree) value's leaves."""
     leaves, tree = flatten(value)
-    params = []
-    for leaf in leaves:
-        dtype, weak = dtype_of(leaf)
-        shape = leaf.type.shape if is_tracer(leaf) else np.shape(leaf)
-        params.append(Tracer(builder, builder.add_param(TensorType(shape, dtype, weak))))
-    return unflatten(tree, params)
+    return unflatten(tree, [Tracer(builder, builder.add_param(_leaf_type(leaf))) for leaf in leaves])
+
+
+def _leaf_type(leaf) -> TensorType:
+    """The type a loop-state leaf (tracer, array or Python scalar) has when traced."""
+    dtype, weak = dtype_of(leaf)
+    return TensorType(leaf.type.shape if is_tracer(leaf) else np.shape(leaf), dtype, weak)
 
 
 def _loop_local_reason(info: StatementInfo) -> str:

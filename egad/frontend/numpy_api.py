@@ -399,10 +399,7 @@ def ndim(x) -> int:
 
 def size(x):
     """Number of elements (traced when a dim is symbolic)."""
-    total = 1
-    for dim in shape(x):
-        total = total * dim
-    return total
+    return size_of_dims(shape(x))
 
 
 def _split_dims(dims) -> tuple[tuple, list]:
@@ -444,13 +441,11 @@ def reshape(a, newshape):
             dims[position] = total // others
         else:
             dims[position] = floor_divide(total, others)
-    type_dims, sizes = _split_dims(dims)
-    if type_dims == tuple(_shape_of(a)):
-        return a
-    return apply1("reshape", [a, *sizes], {"shape": type_dims})
+    return _reshape_to_dims(a, dims)
 
 
 def size_of_dims(dims):
+    """The product of dims (ints, or traced sizes)."""
     total = 1
     for d in dims:
         total = total * d
@@ -458,7 +453,7 @@ def size_of_dims(dims):
 
 
 def _reshape_to_dims(a, dims: list):
-    """Reshape to dims taken from `a`'s own axes (ints or its traced sizes)."""
+    """Reshape to `dims` (ints or traced sizes); no op when the shape is unchanged."""
     type_dims, sizes = _split_dims(dims)
     if type_dims == tuple(_shape_of(a)):
         return a
