@@ -1,0 +1,164 @@
+"""Peak memory of compiled programs (tvm_bridge, llvm), each size in a fresh subprocess.
+
+(a) A forward-only loop with a (32, 256) float32 state, h = tanh(h * a + x), at
+    T=100 and T=20,000. Target: the two peaks differ by < 50 MB (the loop driver
+    holds one iteration's tensors, not T of them; DESIGN §7).
+(b) The LSTM loss and gradient of benchmarks/lstm.py (B=32, I=64, H=128, T=1024)
+    built with `egad.optimize`. Target: (peak - C) <= 1.5 x (the interpreter's peak
+    tape bytes + the argument bytes), where the constant C is the peak of the same
+    call at T=1 (workspace that does not grow with T).
+
+"Peak during the call" is VmHWM - VmRSS before the call: the child builds, warms
+up, resets the kernel's high-water mark (writing 5 to /proc/self/clear_refs; Linux
+only), calls once and reads VmHWM. tracemalloc would not see TVM's buffers, and the
+child's ru_maxrss (also printed) is set by LLVM during the build, not by the call.
+
+    python -m benchmarks.memory        # prints tables, writes results/memory.json
+"""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import platform
+import resource
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+import egad
+import egad.numpy as enp
+from benchmarks import lstm
+
+RESULTS = pathlib.Path(__file__).parent / "results"
+MB = 2 ** 20
+FORWARD_LENGTHS = (100, 20_000)
+LSTM_LENGTHS = (1, 1024)
+FORWARD_TARGET_MB = 50
+LSTM_TARGET_RATIO = 1.5
+
+
+# --- the child: build, warm up, measure one call -------------------------------------------
+
+
+def _status_kb(field: str) -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"/proc/self/status has no {field}")
+
+
+def measure_call(call) -> dict:
+    """Run `call()` once; its wall time and the resident memory it added at its peak."""
+    before_kb = _status_kb("VmRSS")
+    with open("/proc/self/clear_refs", "w") as clear_refs:
+        clear_refs.write("5")  # the high-water mark restarts from the current RSS
+    started = time.perf_counter()
+    result = call()
+    seconds = time.perf_counter() - started
+    peak_mb = (_status_kb("VmHWM") - before_kb) / 1024
+    maxrss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {"call_s": seconds, "peak_call_mb": peak_mb, "child_maxrss_mb": maxrss_mb, "result": result}
+
+
+def _forward_loop(h, a, x, n):
+    # elementwise on purpose: the unscheduled matmul costs ~3 ms an iteration (64 s at
+    # T=20,000), and what is measured here is the driver's memory, not the body's speed
+    return egad.fori_loop(0, n, lambda i, h: enp.tanh(h * a + x), h)
+
+
+def child_forward(T: int) -> dict:
+    rng = np.random.default_rng(0)
+    h = np.zeros((32, 256), np.float32)
+    a = np.full(256, 0.5, np.float32)
+    x = rng.standard_normal((32, 256)).astype(np.float32)
+    compiled = egad.optimize(egad.trace(_forward_loop, h, a, x, 1), wrt=None)
+    compiled(h, a, x, 2)  # build and warm up outside the measurement
+    measured = measure_call(lambda: compiled(h, a, x, T))
+    measured["result"] = float(np.sum(measured["result"]))
+    return measured
+
+
+def child_lstm(T: int) -> dict:
+    Wx, Wh, b, _, h0, c0 = lstm.arguments(1)
+    program = egad.trace(lstm.loop_loss, Wx, Wh, b, lstm.symbolic_length_xs(), h0, c0)
+    compiled = egad.optimize(program, wrt=lstm.WRT)
+    compiled(*lstm.arguments(2))  # build and warm up outside the measurement
+    args = lstm.arguments(T)
+    measured = measure_call(lambda: compiled(*args))
+    measured["result"] = float(measured["result"][0])
+    return measured
+
+
+CHILDREN = {"forward": child_forward, "lstm": child_lstm}
+
+
+def run_child(kind: str, T: int) -> dict:
+    """Run one measurement in a fresh interpreter that builds from scratch (the disk
+    build cache off); its JSON is the last line it prints."""
+    environment = {**os.environ, "EGAD_DISK_CACHE": "0"}
+    done = subprocess.run([sys.executable, "-m", "benchmarks.memory", "--child", kind, str(T)],
+                          capture_output=True, text=True, check=True, env=environment)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+# --- the parent: what the interpreter stores, and the tables --------------------------------
+
+
+def interpreter_bytes(T: int) -> dict:
+    """Peak tape bytes of the interpreted gradient (RunStats) and the arguments' bytes."""
+    program = egad.trace(lstm.loop_loss, *lstm.arguments(T))
+    stats = egad.RunStats()
+    args = lstm.arguments(T)
+    value, _ = egad.interpret(egad.value_and_grad(program, wrt=lstm.WRT), *args, stats=stats)
+    return {"tape_mb": stats.peak_tape_bytes / MB, "args_mb": sum(a.nbytes for a in args) / MB,
+            "interpreted_value": float(value)}
+
+
+def forward_table() -> dict:
+    rows = [{"T": T, **run_child("forward", T)} for T in FORWARD_LENGTHS]
+    difference = rows[-1]["peak_call_mb"] - rows[0]["peak_call_mb"]
+    print("(a) forward-only loop, state (32, 256) float32, h = tanh(h * a + x)")
+    print(f"{'T':>7} {'call s':>8} {'peak during call MB':>20} {'child maxrss MB':>16}")
+    for r in rows:
+        print(f"{r['T']:>7} {r['call_s']:>8.2f} {r['peak_call_mb']:>20.1f} {r['child_maxrss_mb']:>16.1f}")
+    print(f"difference T={FORWARD_LENGTHS[-1]} - T={FORWARD_LENGTHS[0]}: {difference:.1f} MB "
+          f"(target < {FORWARD_TARGET_MB} MB)\n")
+    return {"rows": rows, "difference_mb": difference, "target_mb": FORWARD_TARGET_MB}
+
+
+def lstm_table() -> dict:
+    rows = [{"T": T, **run_child("lstm", T), **interpreter_bytes(T)} for T in LSTM_LENGTHS]
+    for r in rows:  # the compiled and interpreted gradients ran the same loss
+        np.testing.assert_allclose(r["result"], r["interpreted_value"], rtol=1e-3)
+    constant_mb = rows[0]["peak_call_mb"]
+    last = rows[-1]
+    ratio = (last["peak_call_mb"] - constant_mb) / (last["tape_mb"] + last["args_mb"])
+    print(f"(b) LSTM loss + gradient wrt (Wx, Wh, b), B={lstm.B} I={lstm.I} H={lstm.H} float32, egad.optimize")
+    print(f"{'T':>7} {'call s':>8} {'peak during call MB':>20} {'interp tape MB':>15} {'args MB':>8}")
+    for r in rows:
+        print(f"{r['T']:>7} {r['call_s']:>8.2f} {r['peak_call_mb']:>20.1f} {r['tape_mb']:>15.1f} "
+              f"{r['args_mb']:>8.1f}")
+    print(f"(peak(T={last['T']}) - C) / (tape + args) = {ratio:.2f}  (target <= {LSTM_TARGET_RATIO}; "
+          f"C = peak of the T=1 call = {constant_mb:.1f} MB)")
+    return {"rows": rows, "constant_mb": constant_mb, "ratio": ratio, "target_ratio": LSTM_TARGET_RATIO,
+            "sizes": {"B": lstm.B, "I": lstm.I, "H": lstm.H}}
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["--child"]:
+        print(json.dumps(CHILDREN[argv[1]](int(argv[2]))))
+        return 0
+    results = {"machine": platform.platform(), "forward": forward_table(), "lstm": lstm_table()}
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / "memory.json"
+    out.write_text(json.dumps(results, indent=2))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
