@@ -30,10 +30,23 @@ def _scalar(value) -> int:
 
 
 def _stack(rows: list, layout: str, device):
-    """Per-iteration outputs stacked along a new first axis (zero rows: from the layout)."""
-    if rows:
-        return [tvm.runtime.tensor(np.stack([r.numpy() for r in column]), device) for column in zip(*rows)]
-    return [tvm.runtime.tensor(np.zeros([0, *shape], dtype), device) for shape, dtype in json.loads(layout)]
+    """Per-iteration outputs stacked along a new first axis, on the device (each row
+    copied into a view of the stacked tensor; zero rows: shapes from the layout)."""
+    if not rows:
+        return [tvm.runtime.tensor(np.zeros([0, *shape], dtype), device) for shape, dtype in json.loads(layout)]
+    stacked = []
+    for column in zip(*rows):
+        first = column[0]
+        out = tvm.runtime.empty((len(column), *first.shape), first.dtype, first.device)
+        row_bytes = _nbytes(first)
+        for k, row in enumerate(column):
+            out._create_view(tuple(row.shape), row.dtype, k * row_bytes).copyfrom(row)
+        stacked.append(out)
+    return stacked
+
+
+def _nbytes(tensor) -> int:
+    return int(np.prod(tensor.shape, dtype=np.int64)) * np.dtype(str(tensor.dtype)).itemsize
 
 
 @tvm_ffi.register_global_func("egad.for_loop")
@@ -72,7 +85,10 @@ def _while_loop(invoke, cond, body, n_state, *values):
 
 
 def _copy(value):
-    return tvm.runtime.tensor(value.numpy(), value.device)
+    """A new tensor with `value`'s contents, on its device (no trip through the host)."""
+    copy = tvm.runtime.empty(tuple(value.shape), value.dtype, value.device)
+    copy.copyfrom(value)
+    return copy
 
 
 def _handle(number: int):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 
 import numpy as np
@@ -39,6 +40,8 @@ def leaf_type(leaf, where: str) -> TensorType:
     """The param type of one argument leaf; Python scalars are weakly typed."""
     if isinstance(leaf, Spec):
         return leaf.type
+    if isinstance(leaf, TensorType):  # a param type itself, when a program is traced again
+        return leaf
     if isinstance(leaf, (np.generic, np.ndarray)):  # numpy scalars are strong, even np.float64
         return TensorType(np.shape(leaf), canonical_dtype(leaf.dtype))
     if isinstance(leaf, bool):
@@ -91,6 +94,7 @@ def trace(fn, *args, static_argnums=(), convert: bool = False) -> Program:
     if not callable(fn):
         raise ArgumentError(message(f"egad.trace needs a function, got {type(fn).__name__}",
                                     where=user_location().long()))
+    original = fn
     if convert:
         from .convert import function
 
@@ -123,8 +127,13 @@ def trace(fn, *args, static_argnums=(), convert: bool = False) -> Program:
             raise EgadError(message(f"the traced function's output: {error}", where=location)) from None
     region = Region(tuple(builder.params), builder.bindings, tuple(results), "program")
     program = Program(region, ArgSignature(tuple(trees), tuple(static_values)), out_tree,
-                      name=getattr(fn, "__name__", "program"), loc=location)
+                      name=getattr(fn, "__name__", "program"), loc=location,
+                      retrace=functools.partial(_retrace, original, static_argnums, convert))
     return verify(program)
+
+
+def _retrace(fn, static_argnums, convert: bool, *args) -> Program:
+    return trace(fn, *args, static_argnums=static_argnums, convert=convert)
 
 
 def _function_location(fn) -> SourceLoc:

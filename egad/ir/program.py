@@ -87,6 +87,9 @@ class Program:
     out_tree: TreeDef
     name: str = "program"
     loc: SourceLoc = UNKNOWN
+    # `retrace(*args)` traces the same function again for other argument shapes (set
+    # by egad.trace; None for programs made by transformations such as egad.grad)
+    retrace: Any = dataclasses.field(default=None, repr=False)
 
     @property
     def params(self) -> tuple[Var, ...]:

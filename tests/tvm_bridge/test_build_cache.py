@@ -1,0 +1,98 @@
+"""The build cache (issue 4 item 5): built modules are found again by program
+fingerprint and target, in memory and on disk; a damaged disk entry is rebuilt,
+never trusted; writes leave no partial files."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+import egad
+import egad.numpy as enp
+from egad.ir.fingerprint import fingerprint
+from egad.tvm_bridge import build
+from egad.tvm_bridge.cache import BuildCache, cache_key
+from egad.tvm_bridge.targets import resolve
+
+needs_compiler = pytest.mark.skipif(not (shutil.which("g++") or shutil.which("gcc")),
+                                    reason="exporting a CPU library needs a C compiler")
+
+
+def _loss(W, xs, h0):
+    return enp.sum(egad.fori_loop(0, xs.shape[0], lambda t, h: enp.tanh(xs[t] @ W + h), h0) ** 2)
+
+
+ARGS = (np.eye(3) * 0.5, np.linspace(-1, 1, 30).reshape(5, 2, 3), np.zeros((2, 3)))
+
+
+def _gradient():
+    return egad.value_and_grad(egad.trace(_loss, *ARGS))
+
+
+def test_fingerprint_is_stable_and_sees_constants_and_attrs():
+    assert fingerprint(_gradient()) == fingerprint(_gradient())
+    scaled = egad.trace(lambda x: x * 2.0, np.ones(3))
+    assert fingerprint(scaled) != fingerprint(egad.trace(lambda x: x * 3.0, np.ones(3)))
+    assert fingerprint(egad.trace(lambda x: enp.sum(x, axis=0), np.ones((2, 2)))) != \
+        fingerprint(egad.trace(lambda x: enp.sum(x, axis=1), np.ones((2, 2))))
+    assert fingerprint(egad.trace(lambda x: x + np.arange(3.0), np.ones(3))) != \
+        fingerprint(egad.trace(lambda x: x + np.arange(3.0)[::-1], np.ones(3)))
+
+
+def test_key_depends_on_target():
+    program = _gradient()
+    assert cache_key(program, resolve("llvm")) != cache_key(program, resolve({"kind": "llvm", "num-cores": 1}))
+
+
+def test_memory_cache_returns_the_same_executable():
+    cache = BuildCache(None)
+    first, second = build(_gradient(), cache=cache), build(_gradient(), cache=cache)
+    assert (first.origin, second.origin) == ("built", "memory")
+    assert second.executable is first.executable
+
+
+@needs_compiler
+def test_disk_cache_survives_a_new_process_cache(tmp_path):
+    built = build(_gradient(), cache=BuildCache(tmp_path))
+    loaded = build(_gradient(), cache=BuildCache(tmp_path))  # a fresh cache: as in a new process
+    assert (built.origin, loaded.origin) == ("built", "disk")
+    np.testing.assert_allclose(loaded(*ARGS)[0], built(*ARGS)[0], rtol=1e-12)
+    np.testing.assert_allclose(loaded(*ARGS)[1][0], egad.interpret(_gradient(), *ARGS)[1][0], rtol=1e-10)
+    assert loaded.relax_text == built.relax_text
+    assert not list(tmp_path.glob(".partial-*"))
+
+
+@needs_compiler
+@pytest.mark.parametrize("damage", ["truncate library", "flip a byte", "garbage json", "delete library"])
+def test_damaged_disk_entry_is_rebuilt(tmp_path, damage):
+    build(_gradient(), cache=BuildCache(tmp_path))
+    (library,) = tmp_path.glob("*.so")
+    meta = library.with_suffix(".json")
+    if damage == "truncate library":
+        library.write_bytes(library.read_bytes()[:1000])
+    elif damage == "flip a byte":
+        data = bytearray(library.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        library.write_bytes(bytes(data))
+    elif damage == "garbage json":
+        meta.write_text("{not json")
+    else:
+        library.unlink()
+    cache = BuildCache(tmp_path)
+    rebuilt = build(_gradient(), cache=cache)
+    assert rebuilt.origin == "built" and "corrupt cache entry" in cache.disk_problem
+    np.testing.assert_allclose(rebuilt(*ARGS)[0], egad.interpret(_gradient(), *ARGS)[0], rtol=1e-12)
+    assert json.loads(meta.read_text())["format"] == 1  # written again, whole
+    assert build(_gradient(), cache=BuildCache(tmp_path)).origin == "disk"
+
+
+def test_disk_cache_can_be_turned_off(monkeypatch, tmp_path):
+    from egad.tvm_bridge.cache import default_directory
+
+    monkeypatch.setenv("EGAD_DISK_CACHE", "0")
+    assert default_directory() is None
+    monkeypatch.setenv("EGAD_DISK_CACHE", "1")
+    monkeypatch.setenv("EGAD_CACHE_DIR", str(tmp_path))
+    assert default_directory() == tmp_path

@@ -1,0 +1,92 @@
+"""Targets (issue 4 item 4): llvm runs; cuda builds here (the library holds CUDA
+source) and runs where a GPU is present; metal, opencl and webgpu produce source;
+vulkan builds only with a TVM that has Vulkan codegen and otherwise says how to get
+one."""
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+import tvm
+
+import egad
+import egad.numpy as enp
+from egad.tvm_bridge import build
+
+RNG = np.random.default_rng(0)
+X, W = RNG.standard_normal((2, 3)).astype("float32"), RNG.standard_normal((3, 3)).astype("float32")
+
+
+def _rnn(x, W):
+    return enp.sum(egad.fori_loop(0, 4, lambda i, h: enp.tanh(h @ W + 0.5), x))
+
+
+def _elementwise(x, W):  # no loop, no matmul: small device code that builds in well under a second
+    return enp.tanh(x * 2.0 + enp.sum(W, axis=0)) * enp.exp(-x)
+
+
+def test_cuda_builds_without_a_gpu_and_holds_cuda_source(tmp_path):
+    compiled = build(egad.value_and_grad(egad.trace(_rnn, X, W)), target="cuda")
+    assert "__global__" in compiled.source["cuda"]
+    if shutil.which("g++") or shutil.which("gcc"):
+        path = tmp_path / "rnn_cuda.so"
+        compiled.export_library(str(path))
+        assert path.stat().st_size > 0 and b"__global__" in path.read_bytes()
+
+
+@pytest.mark.parametrize("target, marker", [("metal", "kernel void"), ("opencl", "__kernel"), ("webgpu", "@compute")])
+def test_source_targets_emit_kernels(target, marker):
+    compiled = build(egad.trace(_elementwise, X, W), target=target)
+    (kind, source), = compiled.source.items()
+    assert kind == target and marker in source
+
+
+def test_webgpu_loop_with_int64_counter_is_refused_clearly():
+    with pytest.raises(egad.UnsupportedError, match="WebGPU has no 64-bit integers"):
+        build(egad.trace(_rnn, X, W), target="webgpu")
+
+
+def test_vulkan_builds_or_says_how_to_get_a_vulkan_tvm():
+    if tvm.get_global_func("target.build.vulkan", allow_missing=True) is None:
+        with pytest.raises(egad.UnsupportedError, match="USE_VULKAN"):
+            egad.optimize(egad.trace(_elementwise, X, W), target="vulkan")
+    else:
+        assert build(egad.trace(_elementwise, X, W), target="vulkan").source
+
+
+def test_target_dicts_and_cpu_alias_run():
+    program = egad.trace(_rnn, X, W)
+    expected = egad.interpret(program, X, W)
+    for target in ("cpu", {"kind": "llvm", "num-cores": 1}):
+        np.testing.assert_allclose(build(program, target=target)(X, W), expected, rtol=1e-5)
+
+
+def test_bad_targets_are_refused_with_the_options():
+    program = egad.trace(_rnn, X, W)
+    with pytest.raises(egad.UnsupportedError, match="(?s)unknown target 'tpu'.*cuda"):
+        egad.optimize(program, target="tpu")
+    with pytest.raises(egad.UnsupportedError, match="neither a target name nor a TVM target dict"):
+        egad.optimize(program, target=42)
+    with pytest.raises(egad.UnsupportedError, match="TVM does not accept"):
+        egad.optimize(program, target={"kind": "llvm", "no-such-option": 1})
+
+
+def test_running_a_gpu_build_without_the_device_says_so():
+    if tvm.cuda(0).exist:
+        pytest.skip("this machine has a CUDA device")
+    f = egad.optimize(egad.trace(_rnn, X, W), wrt=(1,), target="cuda")
+    with pytest.raises(egad.UnsupportedError, match="no cuda device"):
+        f(X, W)
+    assert "__global__" in f.source["cuda"]
+
+
+@pytest.mark.gpu
+def test_cuda_runs_value_and_gradient_on_a_gpu():
+    if not tvm.cuda(0).exist:
+        pytest.skip("no CUDA device")
+    program = egad.trace(_rnn, X, W)
+    value, (dW,) = egad.optimize(program, wrt=(1,), target="cuda")(X, W)
+    expected_value, (expected_dW,) = egad.interpret(egad.value_and_grad(program, wrt=(1,)), X, W)
+    np.testing.assert_allclose(value, expected_value, rtol=1e-4)
+    np.testing.assert_allclose(dW, expected_dW, rtol=1e-4, atol=1e-5)

@@ -1,0 +1,149 @@
+"""Built modules cached by program fingerprint and target, in memory and on disk.
+
+A key is the sha256 of the program's structural fingerprint (egad/ir/fingerprint.py),
+the TVM target, the egad and TVM versions and the source of this package (a change
+to a lowering must not reuse libraries built by the old one).
+
+On disk an entry is two files in the cache directory: `<key>.so` (the exported
+library) and `<key>.json` (its sha256 and the Relax text). Both are written to a
+temporary name and renamed into place, the JSON last, so a reader sees a whole
+entry or none. An entry whose JSON does not parse, whose library does not match
+its checksum, or which fails to load is deleted and rebuilt, never trusted.
+
+The directory is `$EGAD_CACHE_DIR`, else `~/.cache/egad/builds`; `EGAD_DISK_CACHE=0`
+turns the disk cache off. Exporting a CPU library needs a C compiler (TVM links
+with `g++`); without one the disk cache is skipped and the report says why.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import pathlib
+import tempfile
+
+import tvm
+from tvm import relax
+
+import egad
+from egad.ir.fingerprint import fingerprint
+from egad.ir.program import Program
+
+from .targets import ResolvedTarget
+
+_FORMAT = 1  # bump when the entry layout changes
+
+
+@dataclasses.dataclass
+class Entry:
+    """A built executable, its Relax text and where it came from."""
+
+    executable: relax.VMExecutable | tvm.runtime.Module  # built, or loaded from disk
+    relax_text: str
+    origin: str  # "built", "memory" or "disk"
+
+
+def cache_key(program: Program, target: ResolvedTarget) -> str:
+    parts = [fingerprint(program), target.key, egad.__version__, tvm.__version__, _bridge_source_hash(), str(_FORMAT)]
+    return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:40]
+
+
+_SOURCE_HASH: list[str] = []
+
+
+def _bridge_source_hash() -> str:
+    if not _SOURCE_HASH:
+        digest = hashlib.sha256()
+        for path in sorted(pathlib.Path(__file__).parent.glob("*.py")):
+            digest.update(path.read_bytes())
+        _SOURCE_HASH.append(digest.hexdigest())
+    return _SOURCE_HASH[0]
+
+
+def default_directory() -> pathlib.Path | None:
+    if os.environ.get("EGAD_DISK_CACHE", "1") == "0":
+        return None
+    root = os.environ.get("EGAD_CACHE_DIR")
+    return pathlib.Path(root) if root else pathlib.Path.home() / ".cache" / "egad" / "builds"
+
+
+class BuildCache:
+    """Executables by key: a dict in memory, and files in `directory` (None: memory only)."""
+
+    def __init__(self, directory: pathlib.Path | None):
+        self.directory = directory
+        self.memory: dict[str, Entry] = {}
+        self.disk_problem: str | None = None  # why the last disk write or read failed
+
+    def get(self, key: str) -> Entry | None:
+        entry = self.memory.get(key)
+        if entry is not None:
+            return Entry(entry.executable, entry.relax_text, "memory")
+        entry = self._read(key)
+        if entry is not None:
+            self.memory[key] = entry
+        return entry
+
+    def put(self, key: str, entry: Entry) -> None:
+        self.memory[key] = entry
+        self._write(key, entry)
+
+    def _paths(self, key: str) -> tuple[pathlib.Path, pathlib.Path]:
+        return self.directory / f"{key}.so", self.directory / f"{key}.json"
+
+    def _read(self, key: str) -> Entry | None:
+        if self.directory is None:
+            return None
+        library, meta = self._paths(key)
+        if not meta.exists():
+            return None
+        try:
+            record = json.loads(meta.read_text())
+            if record.get("format") != _FORMAT or _sha256(library) != record["sha256"]:
+                raise ValueError("checksum or format mismatch")
+            module = tvm.runtime.load_module(str(library))
+            relax.VirtualMachine(module, tvm.cpu())  # loads the VM functions: fails here, not at the first call
+            return Entry(module, record["relax_text"], "disk")
+        except Exception as error:  # noqa: BLE001 - any damage means: rebuild
+            self.disk_problem = f"corrupt cache entry {key} ({type(error).__name__}: {error}); rebuilt"
+            for path in (meta, library):
+                path.unlink(missing_ok=True)
+            return None
+
+    def _write(self, key: str, entry: Entry) -> None:
+        if self.directory is None:
+            return
+        library, meta = self._paths(key)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            library_tmp = _temporary(self.directory, ".so")
+            entry.executable.export_library(str(library_tmp))
+            os.replace(library_tmp, library)
+            record = {"format": _FORMAT, "sha256": _sha256(library), "relax_text": entry.relax_text}
+            meta_tmp = _temporary(self.directory, ".json")
+            meta_tmp.write_text(json.dumps(record))
+            os.replace(meta_tmp, meta)  # last: the entry exists once its JSON does
+        except Exception as error:  # noqa: BLE001 - a cache that cannot write is only slower
+            self.disk_problem = f"disk cache not written ({type(error).__name__}: {str(error).splitlines()[0]})"
+
+
+def _temporary(directory: pathlib.Path, suffix: str) -> pathlib.Path:
+    handle, name = tempfile.mkstemp(dir=directory, prefix=".partial-", suffix=suffix)
+    os.close(handle)
+    return pathlib.Path(name)
+
+
+def _sha256(path: pathlib.Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+_CACHES: dict[pathlib.Path | None, BuildCache] = {}
+
+
+def shared_cache() -> BuildCache:
+    """The process-wide cache for the current cache directory setting."""
+    directory = default_directory()
+    if directory not in _CACHES:
+        _CACHES[directory] = BuildCache(directory)
+    return _CACHES[directory]
