@@ -336,17 +336,19 @@ def _check_gradient_structure(grad, arg, argnum: int) -> None:
 
 def check_gradients(fn: Callable, args: Sequence, wrt: Sequence[int], *, static_argnums: Sequence[int] = (),
                     rtol: float = RTOL, eps: float = EPS, abs_floor: float = ABS_FLOOR,
-                    min_compared_fraction: float = 0.5, primal: egad.Program | None = None) -> GradientCheck:
+                    min_compared_fraction: float = 0.5, primal: egad.Program | None = None,
+                    grads: tuple | None = None) -> GradientCheck:
     """Trace `fn` (a scalar loss), differentiate w.r.t. `wrt`, and compare with central
     differences of the primal program. Raises `NotComparable` when too few entries
     keep their control path under perturbation; returns the comparison (the caller
-    asserts on `.error`)."""
+    asserts on `.error`). `grads` checks gradients computed elsewhere (e.g. by a
+    compiled program) instead of interpreting `egad.grad` of the primal."""
     args = tuple(args)
     wrt = tuple(wrt)
     if primal is None:
         primal = egad.trace(fn, *args, static_argnums=tuple(static_argnums))
-    grad_program = egad.grad(primal, wrt=wrt)
-    grads = egad.interpret(grad_program, *args)
+    if grads is None:
+        grads = egad.interpret(egad.grad(primal, wrt=wrt), *args)
     assert isinstance(grads, tuple) and len(grads) == len(wrt), \
         f"egad.grad(wrt={wrt}) should return a tuple of {len(wrt)} gradients, got {type(grads).__name__}"
     for g, argnum in zip(grads, wrt):
