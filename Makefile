@@ -34,3 +34,5 @@ clean:
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.interp_overhead
 	$(BIN)/python -m benchmarks.loop_driver
+	$(BIN)/python -m benchmarks.memory
+	$(BIN)/python -m benchmarks.compile_time
