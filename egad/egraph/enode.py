@@ -1,0 +1,60 @@
+"""E-nodes as plain Python values, the common currency of the e-graph layer.
+
+`ENode(head, args)` mirrors one egglog node: `head` is its constructor's egglog name
+(`"Op2"`, `"For"`, `"AttrInt"`...), `args` its fields in order. A field is a Python
+`int`/`str`/`bool` for primitive fields, a tuple for a `Vec`, and for a field of a
+term sort (`Term`, `Attrs`, `Attr`) one of:
+
+- a nested `ENode`, or a `Handle` (an IR binding inserted earlier): how the encoder
+  writes a node before it is in the e-graph;
+- a `ClassId`: how a `Snapshot` of the e-graph writes it, once the e-graph has
+  assigned e-classes.
+
+`Snapshot.resolve` turns the first form into the second, which is how side tables
+written at insertion (provenance) find their nodes in an e-graph that rules changed.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class ENode:
+    head: str
+    args: tuple[Any, ...] = ()
+
+    def __repr__(self) -> str:
+        return f"{self.head}({', '.join(map(repr, self.args))})"
+
+
+@dataclasses.dataclass(frozen=True)
+class Handle:
+    """The e-class bound to IR binding number `index` at insertion (`Bound(index)`)."""
+
+    index: int
+
+    def __repr__(self) -> str:
+        return f"%{self.index}"
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassId:
+    """An e-class of sort `sort` in one snapshot; `value` is egglog's id for it."""
+
+    sort: str
+    value: Any
+
+    def __repr__(self) -> str:
+        return f"{self.sort}#{self.value!r}"
+
+
+def children(node: ENode):
+    """The term-sorted fields of `node` (handles, nested nodes or class ids), Vecs flattened."""
+    stack = list(reversed(node.args))
+    while stack:
+        field = stack.pop()
+        if isinstance(field, tuple):
+            stack.extend(reversed(field))
+        elif isinstance(field, (ENode, Handle, ClassId)):
+            yield field
