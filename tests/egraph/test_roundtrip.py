@@ -12,6 +12,8 @@ import sys
 import numpy as np
 import pytest
 from egglog import rewrite, ruleset, vars_
+from hypothesis import HealthCheck, given, note, settings
+from hypothesis import strategies as st
 
 import egad
 import egad.numpy as enp
@@ -22,6 +24,7 @@ from egad.egraph.provenance import RuleSite
 from egad.ir.program import count_bindings, walk_bindings
 from egad.pytree import flatten
 from tests.ad.gradcheck import scalar_loss, to_float64
+from tests.ad.test_random_programs import WRT, arguments, build_program, program_descriptions, show_program
 from tests.programs import all_programs
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -67,6 +70,16 @@ def test_corpus_gradient_round_trips(program):
     decoded = _check_round_trip(gradient, args, program.name)
     # each allocation is its own stack: equal empty tapes are never merged into one
     assert _ops(decoded.region).count("tape_alloc") == _ops(gradient.region).count("tape_alloc")
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(description=program_descriptions(), args=arguments(), loss_seed=st.integers(0, 3))
+def test_random_programs_and_their_gradients_round_trip(description, args, loss_seed):
+    note(show_program(description))
+    f = build_program(description)
+    _check_round_trip(egad.trace(f, *args), args, "random program")
+    gradient = egad.value_and_grad(egad.trace(scalar_loss(f, loss_seed), *args), wrt=WRT)
+    _check_round_trip(gradient, args, "its gradient")
 
 
 def _loop(program):
