@@ -66,7 +66,7 @@ class Optimized:
             leaves, got_tree = flatten(arg)
             if got_tree != tree:
                 return None
-            shapes.append([tuple(getattr(leaf, "shape", np.shape(leaf))) for leaf in leaves])
+            shapes.append([_shape_of(leaf) for leaf in leaves])
         return _signature_key(self.program, shapes, statics)
 
     def _specialize(self, args, key):
@@ -171,12 +171,17 @@ def _retrace_args(program: Program, args) -> list:
         new_types = []
         for leaf in flatten(arg)[0]:
             traced = next(types)
-            shape = tuple(getattr(leaf, "shape", np.shape(leaf)))
+            shape = _shape_of(leaf)
             if len(shape) == traced.ndim:
                 shape = tuple(d if isinstance(d, str) else s for d, s in zip(traced.shape, shape))
             new_types.append(TensorType(shape, traced.dtype, traced.weak))
         traced_args.append(unflatten(tree, new_types))
     return traced_args
+
+
+def _shape_of(leaf) -> tuple:
+    """A leaf's shape without converting it (DLPack arrays, numpy, Python scalars)."""
+    return tuple(leaf.shape) if hasattr(leaf, "shape") else np.shape(leaf)
 
 
 def optimize(program: Program, wrt=(0,), target="llvm", rules=None, has_aux: bool = False) -> Optimized:
