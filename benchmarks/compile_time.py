@@ -8,7 +8,9 @@ Compile time = trace + `egad.value_and_grad` + `tvm_bridge.build` (lower to Rela
 `tvm.compile`). Each build runs in a fresh subprocess with the build cache off
 (EGAD_DISK_CACHE=0, and a new process has an empty memory cache), after one
 warm-up build of a tiny loop there (first-use costs of LLVM and TVM's passes).
-Target: the loop's compile time does not grow with T (max/min over T <= 1.2).
+Target: the loop's compile time does not grow with T (max/min over T of the
+medians of 3 <= 1.2; the same for the fastest of 3, which other jobs on a shared
+machine disturb less, is printed beside it).
 The unrolled build grows at least linearly with T; it is measured while its
 predicted time stays within UNROLLED_BUDGET_S (linear growth from one measured
 point, a power law through the last two) and extrapolated beyond, marked so.
@@ -35,7 +37,7 @@ from egad.tvm_bridge import build
 
 RESULTS = pathlib.Path(__file__).parent / "results"
 LENGTHS = (16, 64, 256, 1024)
-UNROLLED_BUDGET_S = 200
+UNROLLED_BUDGET_S = 300  # two built points fit the power law; with the CPU schedules T=64 takes ~3.5 min
 LOOP_REPEATS = 3  # the unrolled builds run once each: they take minutes
 TARGET_SPREAD = 1.2
 LOSSES = {"loop": lstm.loop_loss, "unrolled": lstm.unrolled_loss}
@@ -80,7 +82,9 @@ def run_child(kind: str, T: int) -> dict:
 
 def median_compile(kind: str, T: int, repeats: int) -> dict:
     runs = [run_child(kind, T) for _ in range(repeats)]
-    return {key: statistics.median(run[key] for run in runs) for key in runs[0]}
+    medians = {key: statistics.median(run[key] for run in runs) for key in runs[0]}
+    # the fastest run too: on a shared machine other jobs only ever add time
+    return {**medians, "fastest_total_s": min(run["total_s"] for run in runs)}
 
 
 def extrapolate(measured: list[tuple[int, float]], T: int) -> float:
@@ -96,7 +100,7 @@ def extrapolate(measured: list[tuple[int, float]], T: int) -> float:
     return s2 * (T / t2) ** exponent
 
 
-def print_table(rows: list[dict], spread: float):
+def print_table(rows: list[dict], spread: float, fastest_spread: float):
     print(f"\nLSTM loss + gradient wrt (Wx, Wh, b), B={lstm.B} I={lstm.I} H={lstm.H} float32, static T")
     print(f"{'T':>5} {'loop trace s':>13} {'loop AD s':>10} {'loop build s':>13} {'loop total s':>13} "
           f"{'unrolled total s':>17}")
@@ -107,12 +111,14 @@ def print_table(rows: list[dict], spread: float):
               f"{loop['total_s']:>13.2f} {unrolled:>17.1f}{note}")
     print(f"loop compile time max/min over T: {spread:.2f} (target <= {TARGET_SPREAD}); "
           f"loop: median of {LOOP_REPEATS}, unrolled: one build each, built while predicted <= {UNROLLED_BUDGET_S} s")
+    print(f"loop compile time max/min over T of the fastest of {LOOP_REPEATS}: {fastest_spread:.2f}")
 
 
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--child"]:
         print(json.dumps(child(argv[1], int(argv[2]))))
         return 0
+    run_child("loop", LENGTHS[0])  # discarded: the first child also pays for cold file caches
     rows, unrolled_measured = [], []
     for T in LENGTHS:
         row = {"T": T, "loop": median_compile("loop", T, LOOP_REPEATS)}
@@ -127,11 +133,14 @@ def main(argv: list[str]) -> int:
         print(f"T={T}: loop {row['loop']['total_s']:.2f} s, unrolled {row['unrolled']['total_s']:.2f} s", flush=True)
     loop_totals = [r["loop"]["total_s"] for r in rows]
     spread = max(loop_totals) / min(loop_totals)
-    print_table(rows, spread)
+    fastest = [r["loop"]["fastest_total_s"] for r in rows]
+    fastest_spread = max(fastest) / min(fastest)
+    print_table(rows, spread, fastest_spread)
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / "compile_time.json"
     out.write_text(json.dumps({"machine": platform.platform(), "sizes": {"B": lstm.B, "I": lstm.I, "H": lstm.H},
                                "loop_repeats": LOOP_REPEATS, "rows": rows, "loop_spread": spread,
+                               "loop_fastest_spread": fastest_spread,
                                "target_spread": TARGET_SPREAD}, indent=2))
     print(f"wrote {out}")
     return 0

@@ -3,8 +3,8 @@ over T steps of one cell (a fused gate matmul split by static slices), written t
 ways — as an `egad.fori_loop` over `xs[t]` and unrolled by a Python `for` loop, so
 the traced IR holds T copies of the cell.
 
-Sizes are B=32, I=64, H=128 float32: the issue's I=128, H=256 takes ~100 s a
-gradient call at T=1024 on 2 cores with the unscheduled CPU matmul (DESIGN §7).
+Sizes are B=32, I=64, H=128 float32: the issue's I=128, H=256 took ~100 s a
+gradient call at T=1024 on 2 cores with TVM's stock, unscheduled CPU build (DESIGN §7).
 """
 from __future__ import annotations
 
