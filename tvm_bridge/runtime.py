@@ -49,7 +49,7 @@ def _nbytes(tensor) -> int:
     return int(np.prod(tensor.shape, dtype=np.int64)) * np.dtype(str(tensor.dtype)).itemsize
 
 
-@tvm_ffi.register_global_func("egad.for_loop")
+@tvm_ffi.register_global_func("egad.for_loop", override=True)
 def _for_loop(invoke, body, lo, hi, reverse, n_state, ys_layout, *values):
     n_state = int(n_state)
     state, invariants = list(values[:n_state]), list(values[n_state:])
@@ -72,7 +72,7 @@ def _for_loop(invoke, body, lo, hi, reverse, n_state, ys_layout, *values):
     return tvm_ffi.convert(state + ys)
 
 
-@tvm_ffi.register_global_func("egad.while_loop")
+@tvm_ffi.register_global_func("egad.while_loop", override=True)
 def _while_loop(invoke, cond, body, n_state, *values):
     n_state = int(n_state)
     initial = state = list(values[:n_state])
@@ -95,21 +95,21 @@ def _handle(number: int):
     return tvm.runtime.tensor(np.asarray(number, "int64"))
 
 
-@tvm_ffi.register_global_func("egad.tape_alloc")
+@tvm_ffi.register_global_func("egad.tape_alloc", override=True)
 def _tape_alloc():
     handle = next(_tape_ids)
     _TAPES[handle] = []
     return _handle(handle)
 
 
-@tvm_ffi.register_global_func("egad.tape_push")
+@tvm_ffi.register_global_func("egad.tape_push", override=True)
 def _tape_push(handle, value):
     number = _scalar(handle)
     _TAPES[number].append(_copy(value))  # the VM may reuse the value's buffer after the call
     return _handle(number)
 
 
-@tvm_ffi.register_global_func("egad.tape_pop")
+@tvm_ffi.register_global_func("egad.tape_pop", override=True)
 def _tape_pop(handle):
     number = _scalar(handle)
     return tvm_ffi.convert([_TAPES[number].pop(), _handle(number)])
