@@ -1,0 +1,575 @@
+"""egad's extractor: the cheapest program an e-graph holds, by the cost model (DESIGN §6).
+
+    encoding = encode(program); encoding.egraph.run(rules)
+    snapshot = Snapshot.of(encoding.egraph)
+    extraction = extract(encoding, snapshot, CostModel.for_target("llvm"))
+    optimized = decode(encoding, snapshot, extraction)
+
+It reads the e-graph as a `Snapshot` (plain e-nodes per class, egraph/snapshot.py),
+not through egglog's cost callbacks (DESIGN §6: ~10 us each, and `set_cost` with a
+Python model panics in egglog 13.2). Greedy DAG extraction, iterated to a fixed point (extraction-gym's "greedy-dag"): a
+candidate for an e-class is one of its nodes plus the sub-DAG it needs, kept as a
+map class -> cost entry, so a class reached twice is paid once (adjoints share
+forward values; tree cost would be quadratic). A class takes a node when all the
+node's inputs have candidates and the union is cheaper than what it had; a node
+whose sub-DAG contains its own class would be a cycle and is skipped. Each improved
+class re-evaluates its users until nothing improves.
+
+Scope. A node depends on the `Arg`s of the loops it reads (free regions); it can
+only be used where those loops' Args are in scope. So candidates are kept per
+*context*: the set of loop regions in scope at the use (a loop's body adds its own
+region, branches add nothing). A class has one candidate per context it is used in
+(normalized to the regions any of its nodes could read, so almost always just one),
+and a node is a candidate in a context only if its inputs have candidates there:
+nothing out of scope is ever picked. An extraction holds one node per class; a class
+used in several contexts takes the node chosen for their intersection (the
+outermost use), which is valid for all of them, and users are re-read until stable.
+
+Cost. Each entry is an op's `Work` (egad/cost_model.py), how often it runs (the trip
+guesses of the loops in its free regions and theirs, times the fraction of runs of an
+`if` that reach it), and its dispatches and tape bytes. Inside a loop a candidate
+also carries the longest path, in latency, from each carried `Arg` (the counter is
+not carried: it is known ahead). A `for`/`while` node absorbs the entries of its
+body into one entry, `trips x max(recurrence, work) + trips x (kernels + 1) x
+dispatch` (cost_model.loop_time), and a class still inside a loop is compared by
+its work plus the part of its path from the loop's Args that exceeds that work, the
+same formula applied to it as if it closed the loop.
+
+Trip-count guesses (`trip_count_guesses`): constant bounds; else, from 0, the size its
+upper bound reads (`dim` of a value whose shape has a symbolic dim from an
+`egad.Spec`, e.g. "T"); else the loop's `trip_dim`; symbols and `while` loops take
+`CostModel.trip_guesses` (by symbol or loop region id), else `default_guess`.
+Shapes of e-classes come from egad/egraph/class_types.py (the op table's shape rules
+run over the snapshot), with symbolic dims replaced by the same guesses.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict, deque
+from typing import Mapping, NamedTuple
+
+import numpy as np
+
+from .cost_model import TARGETS, Target, Work, loop_time, recurrence_per_trip, target_constants
+from .egraph.class_types import ClassTypes, node_inputs
+from .egraph.encoding import Encoding
+from .egraph.enode import ClassId, ENode
+from .egraph.extraction import Extraction
+from .egraph.language import TERM_HEADS
+from .egraph.placement import LOOP_HEADS, local_inputs
+from .egraph.snapshot import Snapshot
+from .errors import EgadError
+from .ir import ops
+from .ir.types import TapeType, TensorType
+
+NO_REGIONS: frozenset = frozenset()  # a context (loop regions whose Args are in scope), or free regions
+
+
+@dataclasses.dataclass(frozen=True)
+class CostModel:
+    """Which target's constants, whether loops are priced by their critical path, and
+    the guesses for unknown sizes: `CostModel.for_target("cuda", trip_guesses={"T": 1024})`."""
+
+    target: Target = TARGETS["cpu"]
+    critical_path: bool = True  # False: the flat model, a trip costs its work alone
+    trip_guesses: Mapping = dataclasses.field(default_factory=dict)  # symbol or loop region id -> count
+    default_guess: int = 64  # a symbolic dim or a while loop's trips with no guess given
+
+    @classmethod
+    def for_target(cls, target="llvm", **options) -> "CostModel":
+        return cls(target_constants(target), **options)
+
+    def size(self, dim) -> int:
+        return dim if isinstance(dim, int) else int(self.trip_guesses.get(dim, self.default_guess))
+
+
+@dataclasses.dataclass(frozen=True)
+class PredictedCost:
+    seconds: float  # time, dispatch included
+    tape_bytes: float  # bytes pushed on tapes over the run
+    total: float  # seconds + tape_bytes x the target's tape_byte_seconds: what extraction minimizes
+
+
+def extract(encoding: Encoding, snapshot: Snapshot, model: CostModel | None = None) -> Extraction:
+    """The cheapest scope-correct extraction of the program's results under `model`
+    (default: CPU constants, critical path on).
+
+        extraction = extract(encoding, Snapshot.of(encoding.egraph), CostModel.for_target("cuda"))
+    """
+    extractor = _Extractor(encoding, snapshot, model or CostModel())
+    return extractor.extraction()
+
+
+def predicted_cost(encoding: Encoding, snapshot: Snapshot, extraction: Extraction,
+                   model: CostModel | None = None) -> PredictedCost:
+    """The model's cost of one given extraction (the same pricing extraction uses).
+
+        predicted_cost(encoding, snapshot, extract(encoding, snapshot)).seconds  # e.g. 8.8e-05
+    """
+    extractor = _Extractor(encoding, snapshot, model or CostModel(), fixed=extraction.choice)
+    return extractor.program_cost(extraction.roots)
+
+
+def trip_count_guesses(encoding: Encoding, snapshot: Snapshot, model: CostModel | None = None) -> dict[int, int]:
+    """The trip-count guess of every loop region in the e-graph: `{1: 64}` for one loop
+    over a Spec's "T" with no guess given, `{1: 1024}` with `CostModel(trip_guesses={"T": 1024})`."""
+    return dict(_Extractor(encoding, snapshot, model or CostModel()).trips)
+
+
+class _Entry(NamedTuple):
+    """One class of a candidate's sub-DAG, priced per run of its free regions."""
+
+    free: frozenset  # loop regions it runs inside (whose Args it reads)
+    share: float  # fraction of runs of its scope that reach it (branches)
+    seconds: float  # compute time (for a loop: all its trips)
+    kernels: float  # dispatches
+    tape_bytes: float
+    flat: float  # share x runs x (seconds + dispatches + tape price): its part of the program's cost
+
+
+class _SubDag:
+    """The classes a candidate needs, each once, with running sums kept as entries are
+    added (so a union costs a dict copy plus the classes it adds, not a re-sum)."""
+
+    __slots__ = ("entries", "flat", "loop_work", "partial")
+
+    def __init__(self, entries=None, flat=0.0, loop_work=None, partial=False):
+        self.entries: dict = entries if entries is not None else {}  # class number -> _Entry
+        self.flat = flat
+        self.loop_work: dict = loop_work if loop_work is not None else {}  # open loop -> work per trip
+        self.partial = partial  # some entry has share < 1: unions must compare shares
+
+    def copy(self) -> "_SubDag":
+        return _SubDag(dict(self.entries), self.flat, dict(self.loop_work), self.partial)
+
+    def add(self, cid: int, entry: _Entry, innermost) -> None:
+        old = self.entries.get(cid)
+        if old is not None:
+            self._account(old, innermost, -1.0)
+        self.entries[cid] = entry
+        self._account(entry, innermost, 1.0)
+        self.partial = self.partial or entry.share < 1.0
+
+    def _account(self, entry: _Entry, innermost, sign: float) -> None:
+        self.flat += sign * entry.flat
+        if entry.free and entry.seconds:
+            loop = innermost(entry.free)
+            self.loop_work[loop] = self.loop_work.get(loop, 0.0) + sign * entry.share * entry.seconds
+
+
+@dataclasses.dataclass
+class _Candidate:
+    node: ENode
+    dag: _SubDag  # the node's class and everything it needs
+    free: frozenset
+    depth: dict  # (region, index) of a carried Arg -> longest latency path from it
+    total: float
+
+
+class _Extractor:
+    def __init__(self, encoding: Encoding, snapshot: Snapshot, model: CostModel, fixed=None):
+        self.encoding = encoding
+        self.snapshot = snapshot
+        self.model = model
+        self.target = model.target
+        self.types = ClassTypes(encoding, snapshot)
+        self.nodes = {cid: [n for n in members if n.head in TERM_HEADS and n in self.types.typed_nodes]
+                      for cid, members in snapshot.nodes.items() if cid.sort == "Term"}
+        if fixed is not None:  # price one given extraction
+            self.nodes = {cid: [node] for cid, node in fixed.items()}
+        # sub-DAGs are keyed by small ints: ClassId hashes in Python, which dominated unions
+        self.number = {cid: k for k, cid in enumerate(snapshot.nodes)}
+        self.loop_heads = {r: n.head for r, n in self.types.control.items() if n.head in LOOP_HEADS}
+        self.readable = self._readable_regions()
+        self.parent = self._loop_parents()
+        self.trips = {r: self._trip_guess(r) for r in self.loop_heads}
+        self._weights: dict[frozenset, float] = {}
+        self._innermost: dict[frozenset, int | None] = {}
+        self._work: dict[ENode, Work] = {}
+        self.states: dict[tuple[ClassId, frozenset], _Candidate | None] = {}
+        self.users: dict[tuple, set] = defaultdict(set)
+        self.queue: deque = deque()
+        self.queued: set = set()
+
+    # --- analyses ---------------------------------------------------------------------
+
+    def _readable_regions(self) -> dict[ClassId, frozenset]:
+        """For each class, every loop region whose Args some extraction of it could read
+        (an over-approximation: the union over all its nodes)."""
+        readers = defaultdict(list)
+        for cid, members in self.nodes.items():
+            for node in members:
+                for read in node_inputs(node):
+                    readers[read].append(cid)
+        readable = {cid: NO_REGIONS for cid in self.nodes}
+        pending = deque(self.nodes)
+        while pending:
+            cid = pending.popleft()
+            regions = set(readable[cid])
+            for node in self.nodes[cid]:
+                if node.head == "Arg":
+                    if node.args[0] in self.loop_heads:
+                        regions.add(node.args[0])
+                    continue
+                reads = set().union(*(readable.get(read, NO_REGIONS) for read in node_inputs(node)))
+                if node.head in LOOP_HEADS:
+                    reads.discard(node.args[0])
+                regions |= reads
+            if len(regions) > len(readable[cid]):
+                readable[cid] = frozenset(regions)
+                pending.extend(readers[cid])
+        return readable
+
+    def _loop_parents(self) -> dict[int, int | None]:
+        """The loop each loop region runs inside (the innermost it could read), for
+        pricing entries whose free regions are inner loops only."""
+        depth: dict[int, int] = {}
+        parent: dict[int, int | None] = {}
+
+        def nest(region, visiting=()):
+            if region not in depth:
+                outer = [r for r in self.readable.get(self._loop_class(region), NO_REGIONS)
+                         if r != region and r not in visiting]
+                depths = {r: nest(r, visiting + (region,)) for r in outer}
+                parent[region] = max(depths, key=depths.get) if depths else None
+                depth[region] = 1 + max(depths.values(), default=0)
+            return depth[region]
+
+        for region in self.loop_heads:
+            nest(region)
+        self.nest_depth = depth
+        return parent
+
+    def _loop_class(self, region: int) -> ClassId | None:
+        return self.snapshot.index.get(self.types.control[region])
+
+    def _trip_guess(self, region: int) -> int:
+        model = self.model
+        if region in model.trip_guesses:
+            return int(model.trip_guesses[region])
+        loop = self.types.control[region]
+        if loop.head == "While":
+            limit = self.types.attrs(loop.args[4]).get("max_iters")
+            return min(model.default_guess, limit) if limit is not None else model.default_guess
+        _, lo, hi, _, _, attrs_class = loop.args
+        low, high = self._static_int(lo), self._static_int(hi)
+        if isinstance(low, int) and isinstance(high, int):
+            return max(high - low, 0)
+        if low == 0 and high is not None:  # a size read off a type: static, or a Spec's symbol
+            return model.size(high)
+        trip_dim = self.types.attrs(attrs_class).get("trip_dim")  # AD's fresh symbols take the default
+        return model.size(trip_dim) if trip_dim is not None else model.default_guess
+
+    def _static_int(self, cid: ClassId):
+        """An int constant, a symbolic dim a `dim` node reads off a type, or None."""
+        for node in self.snapshot.nodes.get(cid, ()):
+            if node.head == "Scalar" and np.dtype(node.args[0]).kind in "iu":
+                return int(node.args[1])
+            if node.head == "Op1" and node.args[0] == "dim":
+                source = self.types.types.get(node.args[2])
+                if isinstance(source, TensorType):
+                    return source.shape[self.types.attrs(node.args[1])["axis"]]
+        return None
+
+    # --- pricing ------------------------------------------------------------------------
+
+    def weight(self, free: frozenset) -> float:
+        """How many times something inside loops `free` runs per run of the program."""
+        if free not in self._weights:
+            regions, weight = set(), 1.0
+            for region in free:
+                while region is not None and region not in regions:
+                    regions.add(region)
+                    weight *= self.trips.get(region, 1)
+                    region = self.parent.get(region)
+            self._weights[free] = weight
+        return self._weights[free]
+
+    def innermost(self, free: frozenset):
+        if free not in self._innermost:
+            self._innermost[free] = max(free, key=lambda r: self.nest_depth.get(r, 0)) if free else None
+        return self._innermost[free]
+
+    def entry(self, free: frozenset, seconds=0.0, kernels=0.0, tape_bytes=0.0, share=1.0) -> _Entry:
+        target = self.target
+        per_run = seconds + kernels * target.dispatch_seconds + tape_bytes * target.tape_byte_seconds
+        return _Entry(free, share, seconds, kernels, tape_bytes, share * self.weight(free) * per_run)
+
+    def total(self, dag: _SubDag, depth: dict) -> float:
+        """Flat cost of the sub-DAG, plus, for each loop still open, how far the path
+        from its carried Args exceeds its work (trips x max(path, work) - trips x work)."""
+        total = dag.flat
+        if self.model.critical_path and depth:
+            longest: dict[int, float] = {}
+            for (region, _), length in depth.items():
+                longest[region] = max(longest.get(region, 0.0), length)
+            for region, length in longest.items():
+                total += self.weight(frozenset({region})) * max(0.0, length - dag.loop_work.get(region, 0.0))
+        return total
+
+    def union(self, dags) -> _SubDag:
+        """The union of sub-DAGs, each class once (the largest share where two disagree)."""
+        dags = sorted(dags, key=lambda dag: len(dag.entries), reverse=True)
+        if not dags:
+            return _SubDag()
+        merged = dags[0].copy()
+        for other in dags[1:]:
+            for cid in other.entries.keys() - merged.entries.keys():
+                merged.add(cid, other.entries[cid], self.innermost)
+            if other.partial or merged.partial:
+                for cid in other.entries.keys() & merged.entries.keys():
+                    if other.entries[cid].share > merged.entries[cid].share:
+                        merged.add(cid, other.entries[cid], self.innermost)
+        return merged
+
+    def op_work(self, node: ENode) -> Work:
+        if node not in self._work:
+            if node.head == "NewTape":
+                name, attrs, inputs = "tape_alloc", self.types.attrs(node.args[1]), []
+            else:
+                name, attrs, inputs = node.args[0], self.types.attrs(node.args[1]), local_inputs(node)
+            outputs = self.types.types[self.snapshot.index[node]]
+            outputs = list(outputs) if isinstance(outputs, tuple) else [outputs]
+            concrete = [self._concrete(self.types.of(c)) for c in inputs]
+            self._work[node] = ops.OPS[name].cost(concrete, [self._concrete(t) for t in outputs], attrs)
+        return self._work[node]
+
+    def _concrete(self, t):
+        if isinstance(t, TapeType):
+            return TapeType(self._concrete(t.elem))
+        return TensorType(tuple(self.model.size(d) for d in t.shape), t.dtype)
+
+    def latency(self, work: Work) -> float:
+        seconds = work.seconds(self.target)
+        return max(seconds, self.target.latency_seconds) if work.kernels else seconds
+
+    # --- search -----------------------------------------------------------------------
+
+    def state(self, cid: ClassId, context: frozenset) -> tuple:
+        return cid, context & self.readable.get(cid, NO_REGIONS)
+
+    def demand(self, key: tuple) -> None:
+        if key not in self.states:
+            self.states[key] = None
+            self._enqueue(key)
+
+    def _enqueue(self, key: tuple) -> None:
+        if key not in self.queued:
+            self.queued.add(key)
+            self.queue.append(key)
+
+    def solve(self) -> None:
+        budget = 200 * max(len(self.nodes), 1) + 10 * len(self.states)
+        while self.queue and budget > 0:
+            budget -= 1
+            key = self.queue.popleft()
+            self.queued.discard(key)
+            cid, context = key
+            best = self.states[key]
+            improved = False
+            for node in self.nodes.get(cid, ()):
+                candidate = self.evaluate(key, node)
+                if candidate is not None and (best is None or candidate.total < best.total * (1 - 1e-9)):
+                    best, improved = candidate, True
+            if improved:
+                self.states[key] = best
+                for user in self.users[key]:
+                    self._enqueue(user)
+
+    def _inputs(self, node: ENode, context: frozenset) -> list[tuple[str, ClassId, frozenset]]:
+        """(role, class, context) of each input: role "local", "body" (a loop's results
+        and condition) or "branch{k}"."""
+        head = node.head
+        if head in LOOP_HEADS:
+            inner = context | {node.args[0]}
+            body = node.args[4] if head == "For" else [node.args[2], *node.args[3]]
+            return [("local", c, context) for c in local_inputs(node)] + [("body", c, inner) for c in body]
+        if head in ("If", "Switch"):
+            branches = [node.args[2], node.args[3]] if head == "If" else list(node.args[2])
+            return [("local", node.args[1], context)] + [
+                (f"branch{k}", c, context) for k, results in enumerate(branches) for c in results]
+        return [("local", c, context) for c in node_inputs(node)]
+
+    def evaluate(self, key: tuple, node: ENode) -> _Candidate | None:
+        cid, context = key
+        head = node.head
+        if head == "Arg":
+            return self._arg(cid, node, context)
+        if head in LOOP_HEADS and node.args[0] in context:
+            return None  # a loop used inside itself
+        inputs = []
+        for role, child, child_context in self._inputs(node, context):
+            child_key = self.state(child, child_context)
+            self.users[child_key].add(key)
+            self.demand(child_key)
+            inputs.append((role, child, self.states[child_key]))
+        if any(candidate is None for _, _, candidate in inputs):
+            return None
+        if head in LOOP_HEADS:
+            return self._loop(cid, node, inputs)
+        if head in ("If", "Switch"):
+            return self._branch(cid, node, inputs)
+        dag = self.union(candidate.dag for _, _, candidate in inputs)
+        number = self.number[cid]
+        if number in dag.entries:
+            return None  # a cycle
+        free = frozenset().union(*(candidate.free for _, _, candidate in inputs))
+        depth = _longest(candidate.depth for _, _, candidate in inputs)
+        if head in ("Get", "Scalar", "Splat", "Array"):
+            dag.add(number, self.entry(free), self.innermost)
+        else:
+            work = self.op_work(node)
+            latency = self.latency(work)
+            depth = {arg: length + latency for arg, length in depth.items()}
+            dag.add(number, self.entry(free, work.seconds(self.target), work.kernels, work.tape_bytes), self.innermost)
+        return _Candidate(node, dag, free, depth, self.total(dag, depth))
+
+    def _arg(self, cid: ClassId, node: ENode, context: frozenset) -> _Candidate | None:
+        region, index = node.args
+        if region not in self.loop_heads:  # a program parameter
+            return _Candidate(node, _SubDag({self.number[cid]: self.entry(NO_REGIONS)}), NO_REGIONS, {}, 0.0)
+        if region not in context:
+            return None  # out of scope here: what makes the extractor scope-aware
+        carried = not (self.loop_heads[region] == "For" and index == 0)  # a counter is known ahead
+        free = frozenset({region})
+        dag = _SubDag({self.number[cid]: self.entry(free)})
+        return _Candidate(node, dag, free, {node.args: 0.0} if carried else {}, 0.0)
+
+    def _loop(self, cid: ClassId, node: ENode, inputs) -> _Candidate | None:
+        """A for/while: its body's entries are absorbed into one entry, priced by
+        cost_model.loop_time; what its body reads from outside stays outside."""
+        region = node.args[0]
+        dag = self.union(candidate.dag for _, _, candidate in inputs)
+        number = self.number[cid]
+        if number in dag.entries:
+            return None
+        free = frozenset().union(*(candidate.free for _, _, candidate in inputs)) - {region}
+        work = kernels = tape_bytes = 0.0
+        absorbed = self.entry(free)
+        for child, entry in list(dag.entries.items()):
+            if region in entry.free:  # runs every trip
+                work += entry.share * entry.seconds
+                kernels += entry.share * entry.kernels
+                tape_bytes += entry.share * entry.tape_bytes
+                dag.add(child, absorbed, self.innermost)
+        dag.loop_work.pop(region, None)
+        trips = self.trips[region]
+        compute, dispatches = loop_time(trips, self._recurrence(node, inputs), work, kernels,
+                                        self.model.critical_path)
+        dag.add(number, self.entry(free, compute, dispatches, trips * tape_bytes), self.innermost)
+        depth: dict = {}
+        for role, _, candidate in inputs:  # the whole loop waits for any outer carried value it reads
+            for arg, length in candidate.depth.items():
+                if arg[0] != region:
+                    depth[arg] = max(depth.get(arg, 0.0), length if role == "local" else 0.0)
+        depth = {arg: length + compute for arg, length in depth.items()}
+        return _Candidate(node, dag, free, depth, self.total(dag, depth))
+
+    def _recurrence(self, node: ENode, inputs) -> float:
+        """The loop's critical path per trip: max mean cycle over its carried state,
+        plus, for a while loop, the path to its condition (every trip waits for it)."""
+        region = node.args[0]
+        body = [candidate for role, _, candidate in inputs if role == "body"]
+        if node.head == "For":
+            n_state, offset, condition = len(node.args[3]), 1, 0.0
+            results = body[:n_state]
+        else:
+            n_state, offset = len(node.args[1]), 0
+            condition = max([length for (r, _), length in body[0].depth.items() if r == region], default=0.0)
+            results = body[1:1 + n_state]
+        edges = {}
+        for k, candidate in enumerate(results):
+            for (arg_region, index), length in candidate.depth.items():
+                if arg_region == region:
+                    edges[(index - offset, k)] = length
+        return recurrence_per_trip(edges, n_state) + condition
+
+    def _branch(self, cid: ClassId, node: ENode, inputs) -> _Candidate | None:
+        """An if/switch: what only some branches need runs in that fraction of runs
+        (each branch taken equally often, for want of observed frequencies); what all
+        branches or the selector need runs every time (placement computes it before)."""
+        n_branches = len(node.args[2]) if node.head == "Switch" else 2
+        selector = self.union(candidate.dag for role, _, candidate in inputs if role == "local")
+        branches = defaultdict(list)
+        for role, _, candidate in inputs:
+            if role != "local":
+                branches[role].append(candidate.dag)
+        branch_dags = [self.union(dags) for dags in branches.values()]
+        dag = self.union([selector, *branch_dags])
+        number = self.number[cid]
+        if number in dag.entries:
+            return None
+        keys = [branch.entries.keys() for branch in branch_dags]
+        everywhere = set(selector.entries).union(set.intersection(*map(set, keys))) if keys else set()
+        for child in dag.entries.keys() - everywhere:
+            reached = sum(child in k for k in keys)
+            entry = dag.entries[child]
+            dag.add(child, self.entry(entry.free, entry.seconds, entry.kernels, entry.tape_bytes,
+                                      share=entry.share * reached / n_branches), self.innermost)
+        free = frozenset().union(*(candidate.free for _, _, candidate in inputs))
+        depth = _longest(candidate.depth for _, _, candidate in inputs)
+        dag.add(number, self.entry(free, kernels=1.0), self.innermost)  # the branch itself: one VM jump
+        return _Candidate(node, dag, free, depth, self.total(dag, depth))
+
+    # --- results ----------------------------------------------------------------------
+
+    def extraction(self) -> Extraction:
+        roots = tuple(self.snapshot.class_of(root) for root in self.encoding.roots)
+        contexts: dict[ClassId, frozenset] = {}
+        for _ in range(100):
+            choice, uses = self._choose(roots, contexts)
+            narrowed = {cid: frozenset.intersection(*uses[cid]) & contexts.get(cid, uses[cid][0])
+                        for cid in uses}
+            if all(contexts.get(cid) == context for cid, context in narrowed.items()):
+                return Extraction(roots, choice)
+            contexts.update(narrowed)
+        raise EgadError("extraction did not settle on one node per e-class (scopes kept changing)")
+
+    def _choose(self, roots, contexts):
+        """One pass from the roots: each class's node for its current context, and the
+        contexts of every use of each class it reaches."""
+        choice: dict[ClassId, ENode] = {}
+        uses: dict[ClassId, list[frozenset]] = defaultdict(list)
+        for root in roots:
+            uses[root].append(NO_REGIONS)
+        stack = list(roots)
+        while stack:
+            cid = stack.pop()
+            if cid in choice:
+                continue
+            context = contexts.get(cid, uses[cid][0])
+            candidate = self._best(cid, context)
+            choice[cid] = candidate.node
+            for _, child, child_context in self._inputs(candidate.node, context):
+                uses[child].append(child_context & self.readable.get(child, NO_REGIONS))
+                if child not in choice:
+                    stack.append(child)
+        return choice, uses
+
+    def _best(self, cid: ClassId, context: frozenset) -> _Candidate:
+        key = self.state(cid, context)
+        if self.states.get(key) is None:
+            self.demand(key)
+            self.solve()
+        candidate = self.states.get(key)
+        if candidate is None:
+            raise EgadError(f"e-class {cid} has no node that can be extracted where it is used "
+                            f"(loops in scope: {sorted(context)}; nodes: {self.snapshot.nodes.get(cid)})")
+        return candidate
+
+    def program_cost(self, roots) -> PredictedCost:
+        dag = self.union(self._best(root, NO_REGIONS).dag for root in roots)
+        dispatch = self.target.dispatch_seconds
+        seconds = sum(e.share * self.weight(e.free) * (e.seconds + e.kernels * dispatch) for e in dag.entries.values())
+        tape_bytes = sum(e.share * self.weight(e.free) * e.tape_bytes for e in dag.entries.values())
+        return PredictedCost(seconds, tape_bytes, dag.flat)
+
+
+def _longest(depths) -> dict:
+    """Per carried Arg, the longest of several paths from it."""
+    longest: dict = {}
+    for depth in depths:
+        for arg, length in depth.items():
+            if length >= longest.get(arg, -1.0):
+                longest[arg] = length
+    return longest
