@@ -45,6 +45,7 @@ class RegionInfo:
 
     op: str  # "program" | "for" | "while" | "if" | "switch"
     names: tuple[str, ...]
+    parent: int | None = None  # the region its control op is written in (None: the program itself)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,6 +101,7 @@ class _Encoder:
         self.regions: dict[int, RegionInfo] = {}
         self.constants = ConstantTable()
         self.provenance = Provenance()
+        self.current_region = 0  # whose bindings are being encoded
 
     def arg(self, region: int, index: int, hint: str) -> ENode:
         node = ENode("Arg", (region, index))
@@ -149,7 +151,14 @@ class _Encoder:
 
     def control(self, binding: Binding, inputs: list) -> ENode:
         region_id = len(self.regions)
-        self.regions[region_id] = RegionInfo(binding.op, tuple(r.name for r in binding.regions))
+        self.regions[region_id] = RegionInfo(binding.op, tuple(r.name for r in binding.regions), self.current_region)
+        outer, self.current_region = self.current_region, region_id
+        try:
+            return self._control(binding, inputs, region_id)
+        finally:
+            self.current_region = outer
+
+    def _control(self, binding: Binding, inputs: list, region_id: int) -> ENode:
         attrs = {k: v for k, v in binding.attrs.items() if k != "n_state"}  # n_state = len(inits)
         if binding.op == "for":
             (body,) = binding.regions

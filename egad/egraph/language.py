@@ -239,3 +239,7 @@ op = _OpBuilders()
 # egglog names of the `Term` constructors (the nodes an extraction chooses between).
 TERM_HEADS = frozenset({"Arg", "Op0", "Op1", "Op2", "Op3", "OpN", "Scalar", "Splat", "Array", "NewTape", "Get",
                         "For", "While", "If", "Switch"})
+ATTR_HEADS = frozenset({"AttrInt", "AttrBool", "AttrStr", "AttrNone", "AttrFloat", "AttrTuple", "AttrArray", "AttrType",
+                        "NoAttrs", "WithAttr"})
+# Every table of the language; other tables in the e-graph (analyses, rule marks) are not e-nodes.
+LANGUAGE_HEADS = TERM_HEADS | ATTR_HEADS | {"Bound"}

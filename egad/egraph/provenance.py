@@ -16,8 +16,8 @@ rebuilds an existing node does not claim it.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import os
+import sys
 
 from ..source import UNKNOWN, SourceLoc
 from .enode import ENode
@@ -32,8 +32,8 @@ class RuleSite:
     @classmethod
     def here(cls, name: str, depth: int = 1) -> "RuleSite":
         """The site of the caller (`depth` frames up): call it where the rule is written."""
-        frame = inspect.stack()[depth]
-        return cls(name, frame.filename, frame.lineno)
+        frame = sys._getframe(depth)  # not inspect.stack(), which reads the source of every frame
+        return cls(name, frame.f_code.co_filename, frame.f_lineno)
 
     def __str__(self) -> str:
         return f"{self.name} ({os.path.basename(self.file)}:{self.line})"
@@ -60,6 +60,29 @@ class Provenance:
 
     def items(self):
         return self._origins.items()
+
+    def origin(self, node: ENode) -> Origin | None:
+        """The origin recorded under `node` exactly as it was recorded (handles, nested nodes)."""
+        return self._origins.get(node)
+
+    def keys_by_class(self, snapshot) -> dict:
+        """For each e-class of the snapshot, the earliest node recorded in it, as recorded:
+        a form of the class that survives later rewrites (rules write new nodes over it)."""
+        return self.index(snapshot)[1]
+
+    def index(self, snapshot) -> tuple[dict, dict]:
+        """`resolve(snapshot)` and `keys_by_class(snapshot)` in one pass."""
+        resolved: dict[ENode, Origin] = {}
+        keys: dict = {}
+        for node, origin in self._origins.items():  # in recording order
+            canonical = snapshot.canonical(node)
+            if canonical is None:
+                continue
+            resolved.setdefault(canonical, origin)
+            cid = snapshot.index.get(canonical)
+            if cid is not None and cid not in keys:
+                keys[cid] = node
+        return resolved, keys
 
     def resolve(self, snapshot) -> dict[ENode, Origin]:
         """The origins keyed by the snapshot's own e-nodes (fields as class ids)."""

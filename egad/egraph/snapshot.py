@@ -3,7 +3,9 @@
 `Snapshot.of(egraph)` reads every constructor table of egad's language once and
 gives, per e-class, its e-nodes (`ENode` with fields decoded: ints, strings, bools,
 tuples for `Vec`s, `ClassId` for terms), plus the class bound to each insertion
-handle. Extractors and the decoder work on this view only.
+handle. Extractors and the decoder work on this view only. Tables that are not
+part of the language (analyses such as `ShapeOf`, the marks rules leave for
+provenance) are not e-nodes; their rows are kept apart in `tables`.
 
 It reads egglog's tables through `EGraph._egraph.freeze()`, the raw form behind
 egglog-python's public `EGraph.freeze()` (which re-wraps every value as a Python
@@ -16,14 +18,17 @@ from collections import defaultdict
 from egglog import EGraph
 
 from .enode import ClassId, ENode, Handle
+from .language import LANGUAGE_HEADS
 
 _VEC_PREFIX = "egglog.builtins.Vec["
 
 
 class Snapshot:
-    def __init__(self, nodes: dict[ClassId, list[ENode]], handles: dict[int, ClassId]):
+    def __init__(self, nodes: dict[ClassId, list[ENode]], handles: dict[int, ClassId],
+                 tables: dict[str, list[tuple]] | None = None):
         self.nodes = nodes  # e-class -> its e-nodes, in table order
         self.handles = handles  # insertion handle -> its e-class
+        self.tables = tables or {}  # any other table -> its rows, (*inputs, output) with fields decoded
         self.index: dict[ENode, ClassId] = {node: cid for cid, members in nodes.items() for node in members}
 
     @classmethod
@@ -32,8 +37,14 @@ class Snapshot:
         frozen = raw.freeze()
         nodes: dict[ClassId, list[ENode]] = defaultdict(list)
         handles: dict[int, ClassId] = {}
+        tables: dict[str, list[tuple]] = {}
         for head, table in frozen.functions.items():
             if table.is_let_binding:
+                continue
+            if head not in LANGUAGE_HEADS:
+                sorts = (*table.input_sorts, table.output_sort)
+                tables[head] = [tuple(_field(raw, sort, value) for sort, value in zip(sorts, (*row.inputs, row.output)))
+                                for row in table.rows]
                 continue
             if head == "Bound":
                 for row in table.rows:
@@ -42,7 +53,7 @@ class Snapshot:
             for row in table.rows:
                 args = tuple(_field(raw, sort, value) for sort, value in zip(table.input_sorts, row.inputs))
                 nodes[ClassId(table.output_sort, row.output)].append(ENode(head, args))
-        return cls(dict(nodes), handles)
+        return cls(dict(nodes), handles, tables)
 
     def node_of(self, cid: ClassId) -> ENode:
         """A class's first e-node (attribute classes have exactly one)."""
