@@ -1,0 +1,255 @@
+"""What rules may assume about an e-class: its type, and which loops it is invariant in.
+
+A rewrite must keep shapes and dtypes: `x + zeros(s) -> x` holds only where x
+already has shape s (otherwise the zeros would broadcast x), and `x + x -> x * 2`
+needs a `2` of x's dtype. Rules read that from facts in the e-graph:
+
+    shape_of(x) -> Attr     x's shape as an attribute tuple, exactly as `attrs(shape=...)`
+                            writes a shape, so `eq(shape_of(y)).to(s)` compares with an
+                            attribute `s` matched in the same rule
+    dtype_of(x) -> String   "float64", "int64", ...
+    rank_of(x)  -> i64      derived from shape_of by the egglog ruleset `ANALYSES`
+    invariant_in(x, r)      x is read inside loop region r but reads none of r's Args
+
+The facts are computed in Python from a snapshot, not by egglog rules, so the op
+table's shape rules stay the one definition of every op's types:
+
+- Types come from egad/egraph/class_types.py (the shape rules run over the
+  snapshot, as decoding types nodes). `type_conflicts` re-derives the type of every
+  constant, op node and `Arg` on its own and compares it with its class's, which is
+  how the tests catch a rule that changes a shape or a dtype.
+- Invariance. In this encoding a loop body refers directly to the outer values it
+  reads (encoding.py), so "x is invariant in loop r" is "some node of x's class
+  reads, transitively, no `Arg(r, .)`", a least fixpoint per loop. Args of a region
+  nested in r (as the program was written) count as reading r, so an inner loop is
+  never taken for invariant. The fact is written only at the boundary, for classes a
+  node inside r reads, which is where rules ask (`take(X, i) @ U` with X and U read
+  from outside the loop).
+
+`update(state)` computes both for a snapshot and writes the facts the e-graph does
+not have yet; the schedule calls it before each round of rewrites.
+"""
+from __future__ import annotations
+
+from egglog import String, Vec, eq, function, i64, relation, rule, ruleset, set_, var
+
+from ..errors import EgadError
+from ..ir import ops
+from ..ir.types import TensorType
+from .attrs import attr_node, attr_value, attrs_value
+from .class_types import ClassTypes
+from .constants import literal_value
+from .edit import Editor
+from .enode import ClassId, ENode, children
+from .language import Attr, Term
+from .placement import CONTROL_HEADS, is_effect, local_inputs, region_results
+from .snapshot import Snapshot
+
+
+@function(egg_fn="ShapeOf", merge=lambda old, new: old)
+def shape_of(value: Term) -> Attr:
+    """The shape of a value, an `AttrTuple` of `AttrInt` (static) and `AttrStr` (symbolic) dims."""
+
+
+@function(egg_fn="DTypeOf", merge=lambda old, new: old)
+def dtype_of(value: Term) -> String:
+    """The dtype of a value."""
+
+
+@function(egg_fn="RankOf", merge=lambda old, new: old)
+def rank_of(value: Term) -> i64:
+    """The number of axes of a value."""
+
+
+invariant_in = relation("InvariantIn", Term, i64, egg_fn="InvariantIn")
+
+ANALYSES = ruleset(name="egad-analyses")
+_value, _dims = var("value", Term), var("dims", Vec[Attr])
+ANALYSES.append(rule(eq(shape_of(_value)).to(Attr.tuple_(_dims)), name="rank-of-shape")
+                .then(set_(rank_of(_value)).to(_dims.length())))
+
+ANALYSIS_FUNCTIONS = (shape_of, dtype_of, rank_of, invariant_in)
+LOOP_OPS = ("for", "while")
+
+
+class Facts:
+    """Types and loop invariance of the classes of one snapshot."""
+
+    def __init__(self, types: dict[ClassId, object], invariant: dict[int, set[ClassId]],
+                 boundary: set[tuple[ClassId, int]], parameter_derived: set[ClassId]):
+        self.types = types  # class -> TensorType (or TapeType)
+        self.invariant = invariant  # loop region -> classes computable without its Args
+        self.boundary = boundary  # (class, r): read inside loop r, invariant in r
+        # classes computed from the program's parameters and constants by pure ops alone: safe to
+        # compute anywhere (no loop Arg, no tape op, nothing that only a branch computes)
+        self.parameter_derived = parameter_derived
+
+    def invariant_in(self, cid: ClassId, region: int) -> bool:
+        return cid in self.invariant.get(region, ())
+
+
+def analyse(encoding, snapshot: Snapshot) -> Facts:
+    types = ClassTypes(encoding, snapshot).types
+    reads = {cid: [(node, _reads(node)) for node in members]
+             for cid, members in snapshot.nodes.items() if cid.sort == "Term"}
+    invariant = {r: _invariant_classes(reads, r, _nested_in(encoding.regions, r))
+                 for r, info in encoding.regions.items() if info.op in LOOP_OPS}
+    boundary = set()
+    for r, independent in invariant.items():
+        for cid, members in reads.items():
+            if cid not in independent:
+                for _, inputs in members:
+                    boundary.update((child, r) for child in inputs if child in independent)
+    return Facts(types, invariant, boundary, _parameter_derived(reads))
+
+
+def update(editor: Editor, encoding, facts: Facts) -> int:
+    """Write the facts the e-graph lacks (types of new classes, new boundary reads);
+    returns how many were written."""
+    snapshot = editor.snapshot
+    typed = {row[0] for row in snapshot.tables.get("ShapeOf", ())}
+    known_invariant = {(row[0], row[1]) for row in snapshot.tables.get("InvariantIn", ())}
+    written = 0
+    for cid, type_ in facts.types.items():
+        if cid in typed or not isinstance(type_, TensorType) or cid not in editor.keys:
+            continue
+        editor.set_value("ShapeOf", cid, attr_node(tuple(type_.shape), encoding.constants))
+        editor.set_value("DTypeOf", cid, type_.dtype)
+        written += 1
+    for cid, region in sorted(facts.boundary - known_invariant, key=repr):
+        if cid in editor.keys:
+            editor.assert_fact("InvariantIn", cid, region)
+            written += 1
+    editor.flush()
+    return written
+
+
+# --- types -------------------------------------------------------------------------------
+
+def node_type(encoding, snapshot: Snapshot, node: ENode, types: dict) -> TensorType | None:
+    """The type a constant or a pure op node computes, if its inputs' types are known
+    (None otherwise, and for control, tape and multi-output nodes)."""
+    head, args = node.head, node.args
+    if head == "Scalar":
+        return TensorType((), args[0])
+    if head == "Splat":
+        return TensorType(attr_value(snapshot.node_of, args[2], encoding.constants), args[0])
+    if head == "Array":
+        value = literal_value(head, args, encoding.constants)
+        return TensorType(value.shape, value.dtype.name)
+    if not head.startswith("Op"):
+        return None
+    name = args[0]
+    op = ops.OPS[name]
+    if op.family in ("control", "tape") or name == "top_k":
+        return None
+    inputs = [child for child in children(node) if child.sort == "Term"]
+    if any(child not in types for child in inputs):
+        return None
+    try:
+        (type_,) = op.shape_rule([types[c] for c in inputs], attrs_value(snapshot.node_of, args[1],
+                                                                         encoding.constants))
+    except (EgadError, ValueError):
+        return None
+    return type_
+
+
+def type_conflicts(encoding, snapshot: Snapshot) -> list[str]:
+    """Every node whose own type differs from its class's type (a rule that changed a
+    shape or a dtype); empty when the e-graph is consistent."""
+    class_types = ClassTypes(encoding, snapshot)
+    types = class_types.types
+    conflicts = []
+    for cid, members in snapshot.nodes.items():
+        if not isinstance(types.get(cid), TensorType):
+            continue
+        for node in members:
+            if node.head == "Arg":
+                type_ = class_types.arg_types.get(tuple(node.args))
+            else:
+                type_ = node_type(encoding, snapshot, node, types)
+            if type_ is not None and not type_.same_as(types[cid]):
+                conflicts.append(f"{node} computes {type_} in a class of type {types[cid]}")
+    return conflicts
+
+
+# --- loop invariance ------------------------------------------------------------------------
+
+def _nested_in(regions: dict, loop: int) -> set[int]:
+    """Regions written inside `loop`, at any depth."""
+    nested = set()
+    for region in regions:
+        parent = regions[region].parent
+        while parent is not None:
+            if parent == loop:
+                nested.add(region)
+                break
+            parent = regions[parent].parent
+    return nested
+
+
+def _reads(node: ENode) -> list[ClassId]:
+    """Every class a node reads, where it is placed and inside its regions."""
+    reads = local_inputs(node)
+    for _, results in region_results(node):
+        reads.extend(results)
+    return [c for c in reads if c.sort == "Term"]
+
+
+def _invariant_classes(reads: dict[ClassId, list], loop: int, nested: set[int]) -> set[ClassId]:
+    """Classes with a node that reads no Arg of `loop` or of a region nested in it
+    (a least fixpoint: a class joins once one of its nodes has all its reads in).
+    `reads`: class -> [(node, the classes it reads)]."""
+    def node_ok(node: ENode, inputs: list[ClassId], independent: set[ClassId]) -> bool:
+        if node.head == "Arg":
+            return node.args[0] != loop and node.args[0] not in nested
+        if is_effect(node):
+            return False  # tape ops stay where the program put them
+        if node.head in CONTROL_HEADS and node.args[0] == loop:
+            inputs = local_inputs(node)  # its results bind the loop's Args
+        return all(c in independent for c in inputs)
+
+    parents: dict[ClassId, list[tuple[ClassId, ENode, list]]] = {}
+    independent: set[ClassId] = set()
+    work = []
+    for cid, members in reads.items():
+        for node, inputs in members:
+            for child in inputs:
+                parents.setdefault(child, []).append((cid, node, inputs))
+            if cid not in independent and node_ok(node, inputs, independent):
+                independent.add(cid)
+                work.append(cid)
+    while work:
+        child = work.pop()
+        for cid, node, inputs in parents.get(child, ()):
+            if cid not in independent and node_ok(node, inputs, independent):
+                independent.add(cid)
+                work.append(cid)
+    return independent
+
+
+def _parameter_derived(reads: dict[ClassId, list]) -> set[ClassId]:
+    """Classes with a node built from program parameters (`Arg(0, .)`) and constants by pure
+    single-output ops only (a least fixpoint, like `_invariant_classes`)."""
+    def node_ok(node: ENode, inputs: list[ClassId], derived: set[ClassId]) -> bool:
+        if node.head == "Arg":
+            return node.args[0] == 0
+        if node.head in ("Scalar", "Splat", "Array"):
+            return True
+        if not node.head.startswith("Op") or is_effect(node) or node.args[0] in ("top_k",):
+            return False
+        return all(c in derived for c in inputs)
+
+    derived: set[ClassId] = set()
+    changed = True
+    while changed:
+        changed = False
+        for cid, members in reads.items():
+            if cid not in derived and any(node_ok(node, inputs, derived) for node, inputs in members):
+                derived.add(cid)
+                changed = True
+    return derived
+
+
+__all__ = ["shape_of", "dtype_of", "rank_of", "invariant_in", "ANALYSES", "ANALYSIS_FUNCTIONS", "Facts", "analyse",
+           "update", "node_type", "type_conflicts"]
