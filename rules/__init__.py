@@ -1,5 +1,22 @@
 """Rewrite-rule families for egad's e-graph optimizer, installed as `egad.rules`.
 
-One file per family (algebra, ad_simplify, loop_invariant, batching, fusion,
-checkpoint, control, unroll) arrives with the e-graph optimizer; see DESIGN §5.
+One file per family, each opening with a docstring that says what its rules assume
+(DESIGN §5, CONVENTIONS 5). Importing this package registers every family, in the
+order the schedule (egad/egraph/schedule.py) runs them:
+
+    algebra         identities: x * 1, -(-x), transpose/reshape pairs, distributivity that saves work
+    ad_simplify     adjoint clean-up: zero accumulations, scatters into sums, seed broadcasts
+    loop_invariant  reassociate so invariant work becomes a subterm placement hoists
+    batching        take(X, i) @ U -> take(X @ U, i): per-step work on rows of X, batched
+    fusion          x @ W1, ..., x @ Wk -> one matmul on concatenated weights (transformer)
+    control         constant predicates, results every branch agrees on
+    checkpoint      (not written yet) GradLoop policies
+    unroll          (not written yet) unroll-by-k alternatives
+
+    from egad.rules import families, rules_of
+    [rule.name for rule in rules_of("algebra")]
 """
+from . import algebra, ad_simplify, loop_invariant, batching, fusion, control, checkpoint, unroll  # noqa: F401
+from .registry import Family, Rule, all_rules, families, family_named, rules_of, sites
+
+__all__ = ["Family", "Rule", "families", "family_named", "rules_of", "all_rules", "sites"]

@@ -1,0 +1,35 @@
+"""Pattern pieces the families share: constants of each dtype, and dtype conditions.
+
+IR binary ops take operands of one dtype, so a rule about `x * 1` is written once per
+dtype, with the `1` of that dtype (bit-exact, as the encoder writes constants).
+"""
+from __future__ import annotations
+
+import numpy as np
+from egglog import String, eq
+
+from egad.egraph.analysis import dtype_of
+from egad.egraph.language import Term, attr, literal, scalar_bits
+
+FLOAT_DTYPES = ("float32", "float64")
+INT_DTYPES = ("int32", "int64")
+NUMERIC_DTYPES = INT_DTYPES + FLOAT_DTYPES
+
+
+def scalars(value, dtypes=NUMERIC_DTYPES) -> list[Term]:
+    """The rank-0 constant `value` in each dtype: `scalars(1)` matches every inserted one."""
+    return [literal(value, dtype) for dtype in dtypes]
+
+
+def scalar_pairs(value, dtypes=NUMERIC_DTYPES) -> list[tuple[str, Term]]:
+    return [(dtype, literal(value, dtype)) for dtype in dtypes]
+
+
+def splat(value, dtype: str, shape) -> Term:
+    """An all-`value` constant of `shape` (an Attr, usually a pattern variable)."""
+    return Term.splat(dtype, scalar_bits(np.asarray(value, dtype)), attr(shape))
+
+
+def has_dtype(x: Term, dtype: str):
+    """Condition: x's dtype is `dtype` (egad/egraph/analysis.py)."""
+    return eq(dtype_of(x)).to(String(dtype))

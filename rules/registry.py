@@ -1,0 +1,209 @@
+"""Rules as data (CONVENTIONS 5): every rule has a stable kebab-case name, a family,
+the file:line where it is written, a one-line why, and what it does.
+
+A rule is either egglog rewrites or a Python *transformer*:
+
+    ALGEBRA = family("algebra", __doc__)
+    ALGEBRA.rewrites("mul-one", "x * 1 = x for every value, NaN, inf and -0.0 included",
+                     rewrite(op.mul(x, one)).to(x),
+                     rewrite(op.mul(one, x)).to(x))
+
+    @FUSION.transformer("fuse-shared-operand-matmuls", "k matmuls of one x: one kernel instead of k")
+    def fuse(view) -> int: ...          # adds nodes and unions; returns how many alternatives
+
+`rewrite(lhs).to(rhs, *conditions)`, `rule(*facts).then(union(a).with_(b), ...)`
+read like egglog's own builders; the registry compiles them into egglog rules that
+also leave a *mark* for each node they build (egad/egraph/marks.py), which is how
+every e-node knows the rule that introduced it. A transformer gets a view of the
+e-graph (egad/egraph/schedule.py: `TransformView`) and records its nodes itself.
+
+`families()` lists the families in schedule order, `rules_of(name)` a family's rules.
+The schedule (egad/egraph/schedule.py) is the only place that runs them.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Callable
+
+import egglog
+from egglog import eq, var
+
+from egad.egraph.language import Term
+from egad.egraph.marks import marks
+from egad.egraph.provenance import RuleSite
+
+_KEBAB = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+
+
+# --- builders that read like egglog's ----------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Rewrite:
+    lhs: object
+    rhs: object
+    conditions: tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class Derivation:
+    """A rule with several patterns (`facts`) whose actions are unions `(old, new)`."""
+
+    facts: tuple
+    unions: tuple[tuple[object, object], ...]
+
+
+class _RewriteBuilder:
+    def __init__(self, lhs):
+        self.lhs = lhs
+
+    def to(self, rhs, *conditions) -> Rewrite:
+        return Rewrite(self.lhs, rhs, conditions)
+
+
+class _RuleBuilder:
+    def __init__(self, facts):
+        self.facts = facts
+
+    def then(self, *unions: tuple[object, object]) -> Derivation:
+        return Derivation(self.facts, unions)
+
+
+class _UnionBuilder:
+    def __init__(self, old):
+        self.old = old
+
+    def with_(self, new) -> tuple[object, object]:
+        return (self.old, new)
+
+
+def rewrite(lhs) -> _RewriteBuilder:
+    """`rewrite(lhs).to(rhs, *conditions)`: where lhs matches and the conditions hold, rhs joins lhs's class."""
+    return _RewriteBuilder(lhs)
+
+
+def rule(*facts) -> _RuleBuilder:
+    """`rule(*facts).then(union(a).with_(b), ...)`: a rule with several patterns."""
+    return _RuleBuilder(facts)
+
+
+def union(old) -> _UnionBuilder:
+    return _UnionBuilder(old)
+
+
+# --- rules and families --------------------------------------------------------------------
+
+@dataclasses.dataclass(eq=False)
+class Rule:
+    name: str  # stable kebab-case name, unique across families
+    family: str
+    why: str  # one line: why it is sound and what it buys
+    site: RuleSite  # where it is written
+    id: int  # its number in the marks it leaves
+    rewrites: tuple = ()  # Rewrite / Derivation items
+    transform: Callable | None = None  # a Python transformer instead
+
+    @property
+    def egglog_rules(self) -> tuple:
+        """The egglog rules, marks included; named `<name>/<k>` so run reports map back."""
+        if not hasattr(self, "_compiled"):
+            self._compiled = tuple(_compile(self, k, item) for k, item in enumerate(self.rewrites))
+        return self._compiled
+
+    def __repr__(self) -> str:
+        return f"Rule({self.name!r}, {self.family}, {self.site})"
+
+
+_ROOT = var("rewritten", Term)
+
+
+def _compile(rule_: Rule, k: int, item):
+    name = f"{rule_.name}/{k}"
+    if isinstance(item, Rewrite):
+        return egglog.rule(eq(_ROOT).to(item.lhs), *item.conditions, name=name).then(
+            egglog.union(_ROOT).with_(item.rhs), *marks(rule_.id, item.rhs))
+    actions = []
+    for old, new in item.unions:
+        actions.extend([egglog.union(old).with_(new), *marks(rule_.id, new)])
+    return egglog.rule(*item.facts, name=name).then(*actions)
+
+
+@dataclasses.dataclass(eq=False)
+class Family:
+    name: str
+    doc: str  # the family module's docstring: what its rules assume
+    rules: list[Rule] = dataclasses.field(default_factory=list)
+    todo: str | None = None  # set for a family that is planned but has no rules yet
+
+    def rewrites(self, name: str, why: str, *items) -> Rule:
+        """Register a rule made of `rewrite(...)`/`rule(...)` items, sited at the caller."""
+        return self._add(Rule(name, self.name, why, RuleSite.here(name, depth=2), len(_RULES), tuple(items)))
+
+    def transformer(self, name: str, why: str):
+        """Decorator: register a Python transformer `fn(view) -> alternatives added`, sited at its def."""
+        def register(fn):
+            code = fn.__code__
+            self._add(Rule(name, self.name, why, RuleSite(name, code.co_filename, code.co_firstlineno),
+                           len(_RULES), (), fn))
+            return fn
+
+        return register
+
+    @property
+    def ruleset(self) -> egglog.Ruleset | None:
+        """All the family's egglog rules as one ruleset (None when it has none)."""
+        if not hasattr(self, "_ruleset"):
+            compiled = [r for rule_ in self.rules for r in rule_.egglog_rules]
+            self._ruleset = egglog.ruleset(*compiled, name=f"egad-{self.name}") if compiled else None
+        return self._ruleset
+
+    @property
+    def transformers(self) -> list[Rule]:
+        return [r for r in self.rules if r.transform is not None]
+
+    def _add(self, rule_: Rule) -> Rule:
+        if not _KEBAB.match(rule_.name):
+            raise ValueError(f"rule name {rule_.name!r} is not kebab-case")
+        if any(r.name == rule_.name for r in _RULES):
+            raise ValueError(f"rule {rule_.name!r} is defined twice")
+        _RULES.append(rule_)
+        self.rules.append(rule_)
+        return rule_
+
+
+_FAMILIES: dict[str, Family] = {}
+_RULES: list[Rule] = []
+
+
+def family(name: str, doc: str, todo: str | None = None) -> Family:
+    """Declare a family (once, at the top of its module)."""
+    if name in _FAMILIES:
+        raise ValueError(f"family {name!r} is declared twice")
+    _FAMILIES[name] = Family(name, doc, todo=todo)
+    return _FAMILIES[name]
+
+
+def families() -> list[Family]:
+    """Every family, in the order the schedule runs them."""
+    return list(_FAMILIES.values())
+
+
+def family_named(name: str) -> Family:
+    try:
+        return _FAMILIES[name]
+    except KeyError:
+        raise KeyError(f"no rule family {name!r}; the families are {', '.join(_FAMILIES)}") from None
+
+
+def rules_of(family_name: str) -> list[Rule]:
+    """The rules of one family, in the order they are written."""
+    return list(family_named(family_name).rules)
+
+
+def all_rules() -> list[Rule]:
+    return list(_RULES)
+
+
+def sites() -> dict[int, RuleSite]:
+    """Rule id -> site, for reading marks back."""
+    return {r.id: r.site for r in _RULES}
