@@ -7,12 +7,16 @@
 
 `round_trip(program)` does all four. The language is in language.py, the side
 tables in constants.py (large constants) and provenance.py (which rule made each
-e-node). Nothing here imports TVM.
+e-node). Between encoding and extraction, `saturate(encoding)` (schedule.py) runs
+the rule families of rules/ (egad.rules), reading the analyses of analysis.py and
+leaving marks (marks.py) from which each new e-node learns its rule. Nothing here
+imports TVM.
 """
 from .decoding import decode
 from .encoding import Encoding, encode
 from .extraction import Extraction, extract_inserted
 from .provenance import Origin, Provenance, RuleSite
+from .schedule import Limits, SaturationReport, saturate
 from .snapshot import Snapshot
 
 
@@ -26,4 +30,4 @@ def round_trip(program):
 
 
 __all__ = ["encode", "decode", "round_trip", "Encoding", "Extraction", "extract_inserted", "Snapshot",
-           "Provenance", "Origin", "RuleSite"]
+           "Provenance", "Origin", "RuleSite", "saturate", "Limits", "SaturationReport"]

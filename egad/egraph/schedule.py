@@ -1,0 +1,182 @@
+"""The schedule: the one place where rule order lives (DESIGN §5, CONVENTIONS 6).
+
+    report = saturate(encoding)                          # every family, default limits
+    report = saturate(encoding, families=["algebra"], limits=Limits(nodes=5_000))
+    print(report)                                        # rules fired, e-graph size, time, limit hit
+
+Each round:
+
+1. analyses: types and loop invariance of the current snapshot are written as facts
+   (egad/egraph/analysis.py), then the egglog analysis ruleset runs to saturation;
+2. structural rewrites: one iteration of each selected family's egglog rules, in
+   family order, under one egglog `back_off` scheduler (a rule matching more than
+   `match_limit` times in an iteration is banned for `ban_length` iterations, with
+   both doubling on each ban, so an explosive rule cannot starve the rest);
+3. loop transformers: the families' Python transformers, on a fresh snapshot;
+4. provenance: the marks the rules left are read back, so every new e-node records
+   the rule that made it (egad/egraph/marks.py).
+
+Rounds stop when a round changes nothing (saturated), or at the first limit: the
+number of rounds, the number of e-nodes, the wall-clock time. Limits are checked
+between rounds, so a round in flight finishes (the e-graph may exceed the node limit
+by one round's growth). Hitting a limit never fails: every union made so far is
+sound, so the e-graph still holds the program and whatever was found; the report
+says which limit stopped it. Back-off bans last within one round's egglog run; the
+rounds themselves are the outer bound.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections import Counter
+
+from egglog import back_off, run, seq
+
+from .analysis import ANALYSES, ANALYSIS_FUNCTIONS, Facts, analyse, update
+from .attrs import attrs_value
+from .edit import Editor
+from .encoding import Encoding
+from .enode import ClassId, ENode
+from .marks import MARK_TABLES, record_marks
+from .marks import made_op0, made_op1, made_op2, made_op3, made_opn, made_scalar, made_splat
+from .provenance import RuleSite
+from .snapshot import Snapshot
+
+_MARK_RELATIONS = (made_op0, made_op1, made_op2, made_op3, made_opn, made_scalar, made_splat)
+assert len(_MARK_RELATIONS) == len(MARK_TABLES)
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    rounds: int = 8  # rounds of (analyses, rewrites, transformers)
+    nodes: int = 50_000  # e-nodes of the language (terms and attributes)
+    seconds: float = 10.0  # wall-clock time of the whole saturation
+    match_limit: int = 1_000  # back_off: matches of one rule in one iteration before it is banned
+    ban_length: int = 2  # back_off: iterations of the first ban
+
+
+@dataclasses.dataclass
+class SaturationReport:
+    families: tuple[str, ...]
+    rounds: int  # rounds run
+    stopped_by: str  # "saturated", or the limit that stopped it: "rounds", "nodes", "seconds"
+    matches: Counter  # rule name -> egglog matches (a transformer: the alternatives it added)
+    new_nodes: Counter  # rule name -> e-nodes it introduced (first made by it)
+    nodes: int  # e-nodes of the language at the end
+    classes: int  # Term e-classes at the end
+    seconds: float
+    facts: int  # analysis facts written
+
+    @property
+    def limit_hit(self) -> str | None:
+        """The limit that stopped saturation, or None when it saturated."""
+        return None if self.stopped_by == "saturated" else self.stopped_by
+
+    def fired(self) -> dict[str, int]:
+        """Rules that matched at least once, with their match counts."""
+        return {name: count for name, count in sorted(self.matches.items()) if count}
+
+    def __str__(self) -> str:
+        head = (f"saturation of {', '.join(self.families) or 'no families'}: {self.rounds} rounds, "
+                f"stopped by {self.stopped_by}, {self.nodes} e-nodes in {self.classes} classes, "
+                f"{self.seconds * 1e3:.0f} ms")
+        lines = [head] + [f"  {name:32s} {count:6d} matches {self.new_nodes.get(name, 0):5d} new nodes"
+                          for name, count in self.fired().items()]
+        return "\n".join(lines)
+
+
+class TransformView:
+    """What a loop transformer sees: the snapshot, its facts, and an editor to add to it."""
+
+    def __init__(self, encoding: Encoding, snapshot: Snapshot, facts: Facts, editor: Editor):
+        self.encoding = encoding
+        self.snapshot = snapshot
+        self.facts = facts
+        self.types = facts.types
+        self.editor = editor
+        self.site: RuleSite | None = None  # the running transformer's site (set by the schedule)
+        self.unions = 0
+
+    def attrs(self, cid: ClassId) -> dict:
+        return attrs_value(self.snapshot.node_of, cid, self.encoding.constants)
+
+    def order(self, cid: ClassId) -> int:
+        """When the class's earliest node was recorded: program order for inserted classes."""
+        origins = self.editor.origins
+        return min((origins[n].order for n in self.snapshot.nodes[cid] if n in origins), default=1 << 62)
+
+    def union(self, cid: ClassId, node: ENode) -> None:
+        """The class `cid` also holds `node` (fields: class ids, nested nodes, primitives)."""
+        self.editor.union(cid, node, self.site)
+        self.unions += 1
+
+
+def saturate(encoding: Encoding, families=None, limits: Limits = Limits()) -> SaturationReport:
+    """Run the selected rule families (names or `Family` objects; None: every family)
+    on `encoding`'s e-graph in rounds, within `limits`; returns what happened."""
+    from egad import rules as registry  # rules/ builds on this layer: imported when first needed
+
+    selected = registry.families() if families is None else [
+        f if isinstance(f, registry.Family) else registry.family_named(f) for f in families]
+    rulesets = [f.ruleset for f in selected if f.ruleset is not None]
+    transformers = [r for f in selected for r in f.transformers]
+    sites = registry.sites()
+    names = {r.id: r.name for r in registry.all_rules()}
+    egraph = encoding.egraph
+    for function in (*ANALYSIS_FUNCTIONS, *_MARK_RELATIONS):
+        egraph._callable_to_egg(function)  # declared before facts and marks are written by name
+
+    start = time.perf_counter()
+    matches: Counter = Counter()
+    new_nodes: Counter = Counter()
+    facts_written = 0
+    snapshot = Snapshot.of(egraph)
+    stopped_by, rounds = "rounds", 0
+    for rounds in range(1, limits.rounds + 1):
+        editor = Editor(egraph, snapshot, encoding.provenance)
+        facts = analyse(encoding, snapshot)
+        written = update(editor, encoding, facts)
+        facts_written += written
+
+        scheduler = back_off(match_limit=limits.match_limit, ban_length=limits.ban_length)
+        schedule = ANALYSES.saturate()
+        if rulesets:
+            schedule = schedule + scheduler.scope(seq(*(run(rs, scheduler=scheduler) for rs in rulesets)))
+        report = egraph.run(schedule)
+        for decl, count in report.num_matches_per_rule.items():
+            name = getattr(decl, "name", None)
+            if name and "/" in name:
+                matches[name.rsplit("/", 1)[0]] += count
+
+        snapshot = Snapshot.of(egraph)
+        editor = Editor(egraph, snapshot, encoding.provenance)
+        for site_id, count in record_marks(editor, sites).items():
+            new_nodes[names[site_id]] += count
+
+        unions = 0
+        if transformers:
+            view = TransformView(encoding, snapshot, analyse(encoding, snapshot), editor)
+            for rule in transformers:
+                view.site, recorded = rule.site, len(encoding.provenance)
+                matches[rule.name] += rule.transform(view)
+                new_nodes[rule.name] += len(encoding.provenance) - recorded
+            unions = view.unions
+            if editor.flush():
+                snapshot = Snapshot.of(egraph)
+
+        if not written and not report.updated and not unions:
+            stopped_by = "saturated"
+            break
+        if _size(snapshot) > limits.nodes:
+            stopped_by = "nodes"
+            break
+        if time.perf_counter() - start > limits.seconds:
+            stopped_by = "seconds"
+            break
+    return SaturationReport(tuple(f.name for f in selected), rounds, stopped_by, matches, new_nodes,
+                            _size(snapshot), sum(1 for cid in snapshot.nodes if cid.sort == "Term"),
+                            time.perf_counter() - start, facts_written)
+
+
+def _size(snapshot: Snapshot) -> int:
+    return sum(len(members) for members in snapshot.nodes.values())
