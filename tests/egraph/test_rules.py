@@ -1,0 +1,502 @@
+"""Rule families (rules/) and the schedule (egad/egraph/schedule.py), CONVENTIONS 4: every
+rewrite is judged by running the program before and after.
+
+For each family: (a) semantics — on programs where it fires, the program decoded from
+an extraction that *prefers rewritten nodes* (`extract_latest`, below) interprets like
+the original (1e-12) on Hypothesis inputs, and no rule changed a type; (b) its intended
+effect — the RNN input projection batched before the loop, four gate matmuls fused
+into one, `W.T` out of the reverse loop, constant branches gone — and the schedule's
+report and limits.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from egglog import eq, rewrite, ruleset, vars_
+from hypothesis import HealthCheck, given, note, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import egad
+import egad.numpy as enp
+from egad import rules
+from egad.egraph import Extraction, Snapshot, decode, encode
+from egad.egraph.analysis import type_conflicts
+from egad.egraph.enode import children
+from egad.egraph.language import TERM_HEADS, Term, op
+from egad.egraph.schedule import Limits, saturate
+from egad.ir.program import count_bindings, walk_bindings
+from egad.pytree import flatten
+from tests.ad.gradcheck import scalar_loss, to_float64
+from tests.ad.test_random_programs import WRT, arguments, build_program, program_descriptions, show_program
+from tests.programs import all_programs
+
+
+# --- a test-only extractor that prefers what rules made -------------------------------------
+
+def extract_latest(snapshot: Snapshot, origins, roots) -> Extraction:
+    """In every class, the most recently recorded node (rule-made nodes come after the
+    inputs they rewrite) that closes no cycle and reads no Arg the class did not read
+    before (a class can hold a top-level constant and an in-loop `t - t`: only the
+    constant may be used outside the loop). Starts from the inserted program (the
+    earliest input node of each class; new classes bottom-up), then switches a class
+    to a later node while that is allowed, until nothing changes."""
+    candidates = {cid: sorted((n for n in members if n in origins and n.head in TERM_HEADS),
+                              key=lambda n: origins[n].order, reverse=True)
+                  for cid, members in snapshot.nodes.items() if cid.sort == "Term"}
+    choice = {}
+    for cid, nodes in candidates.items():
+        inputs = [n for n in nodes if origins[n].site.name == "input"]
+        if inputs:
+            choice[cid] = inputs[-1]
+    progress = True
+    while progress:
+        progress = False
+        for cid, nodes in candidates.items():
+            ready = [n for n in nodes if all(c in choice for c in _term_children(n))]
+            if cid not in choice and ready:
+                choice[cid] = ready[-1]
+                progress = True
+    free = {}  # the regions whose Args each class reads as first chosen: never widened
+    for cid in _post_order(choice):
+        free[cid] = _free_regions(choice[cid], free)
+
+    def reaches(start, target) -> bool:
+        stack, seen = [start], set()
+        while stack:
+            cid = stack.pop()
+            if cid == target:
+                return True
+            if cid in seen or cid not in choice:
+                continue
+            seen.add(cid)
+            stack.extend(_term_children(choice[cid]))
+        return False
+
+    changed = True
+    while changed:
+        changed = False
+        for cid, nodes in candidates.items():
+            for node in nodes:
+                if cid not in choice or node == choice[cid]:
+                    break
+                inputs = _term_children(node)
+                if all(c in choice for c in inputs) and _free_regions(node, free) <= free[cid] and \
+                        not any(reaches(c, cid) for c in inputs):
+                    choice[cid] = node
+                    changed = True
+                    break
+    root_classes = tuple(snapshot.class_of(root) for root in roots)
+    needed, stack = {}, list(root_classes)
+    while stack:
+        cid = stack.pop()
+        if cid not in needed:
+            needed[cid] = choice[cid]
+            stack.extend(_term_children(choice[cid]))
+    return Extraction(root_classes, needed)
+
+
+def _term_children(node) -> list:
+    return [c for c in children(node) if c.sort == "Term"]
+
+
+def _free_regions(node, free) -> frozenset:
+    if node.head == "Arg":
+        return frozenset({node.args[0]}) - {0}
+    regions = frozenset().union(*(free.get(c, frozenset()) for c in _term_children(node)))
+    return regions - {node.args[0]} if node.head in ("For", "While", "If", "Switch") else regions
+
+
+def _post_order(choice) -> list:
+    order, state = [], {}
+    for root in choice:
+        stack = [(root, False)]
+        while stack:
+            cid, done = stack.pop()
+            if done:
+                state[cid] = True
+                order.append(cid)
+            elif cid not in state:
+                state[cid] = False
+                stack.append((cid, True))
+                stack.extend((c, False) for c in _term_children(choice[cid]) if c not in state)
+    return order
+
+
+class Optimized:
+    """A program through encode, saturate, extract_latest and decode."""
+
+    def __init__(self, program, families=None, limits=Limits()):
+        self.original = program
+        self.encoding = encode(program)
+        self.report = saturate(self.encoding, families=families, limits=limits)
+        self.snapshot = Snapshot.of(self.encoding.egraph)
+        self.origins = self.encoding.provenance.resolve(self.snapshot)
+        assert type_conflicts(self.encoding, self.snapshot) == []
+        self.extraction = extract_latest(self.snapshot, self.origins, self.encoding.roots)
+        self.program = decode(self.encoding, self.snapshot, self.extraction, self.origins)
+
+    def chosen_rules(self) -> set[str]:
+        """Rules whose nodes the extraction chose."""
+        return {self.origins[node].site.name for node in self.extraction.choice.values()} - {"input"}
+
+
+def assert_same_results(got, want, context=""):
+    got_leaves, got_tree = flatten(got)
+    want_leaves, want_tree = flatten(want)
+    assert got_tree == want_tree, context
+    for k, (g, w) in enumerate(zip(got_leaves, want_leaves)):
+        g, w = np.asarray(g), np.asarray(w)
+        assert g.dtype == w.dtype and g.shape == w.shape, f"{context} leaf {k}: {g.dtype}{g.shape} vs {w.dtype}{w.shape}"
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12, err_msg=f"{context} leaf {k}")
+
+
+def ops_of(region) -> list[str]:
+    return [b.op for b in walk_bindings(region)]
+
+
+def loops_of(program):
+    return [b for b in program.region.bindings if b.op == "for"]
+
+
+def floats(*shape):
+    return hnp.arrays(np.float64, shape, elements=st.floats(-2, 2, allow_nan=False, width=64))
+
+
+SETTINGS = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                           HealthCheck.function_scoped_fixture])
+
+
+# --- (a) semantics, family by family --------------------------------------------------------
+
+_OPTIMIZED: dict = {}
+
+
+def optimized(name, build, families) -> Optimized:
+    """`build()` -> program, optimized once per test session (Hypothesis then varies inputs)."""
+    key = (name, tuple(families))
+    if key not in _OPTIMIZED:
+        _OPTIMIZED[key] = Optimized(build(), families)
+    return _OPTIMIZED[key]
+
+
+def check_family(optimized_program: Optimized, args, expected_rules):
+    fired = set(optimized_program.report.fired())
+    assert expected_rules <= fired, f"expected {expected_rules - fired} to fire: {optimized_program.report}"
+    changed = optimized_program.chosen_rules() or \
+        count_bindings(optimized_program.program.region) < count_bindings(optimized_program.original.region)
+    assert changed, "the extraction chose no rewritten node and dropped nothing"
+    assert_same_results(egad.interpret(optimized_program.program, *args),
+                        egad.interpret(optimized_program.original, *args), optimized_program.original.name)
+
+
+def algebra_program(x, y, W):
+    a = (x * 1.0) + 0.0  # mul-one, add-zero
+    b = -(-y)  # neg-neg
+    c = a + (-b)  # add-neg
+    d = c - (-a)  # sub-neg
+    f = (d @ enp.transpose(enp.transpose(W))) + (d @ W)  # transpose-inverse, factor-matmul, add-self
+    g = x * y + x * d  # factor-mul
+    r = enp.reshape(enp.reshape(g, (6,)), (2, 3))  # reshape-reshape, reshape-to-own-shape
+    return f + r + (a / 1.0) + d @ W + d @ (W * 2.0)  # div-one
+
+
+@SETTINGS
+@given(x=floats(2, 3), y=floats(2, 3), W=floats(3, 3))
+def test_algebra_keeps_results(x, y, W):
+    program = optimized("algebra", lambda: egad.trace(algebra_program, x, y, W), ["algebra"])
+    check_family(program, (x, y, W), {"mul-one", "add-zero", "neg-neg", "add-neg", "sub-neg", "transpose-inverse",
+                                      "factor-mul", "factor-matmul", "add-self", "reshape-reshape", "div-one"})
+
+
+LSTM = next(p for p in all_programs() if p.name == "lstm")
+LSTM_SHAPES = [np.shape(a) for a in LSTM.make_args(np.random.default_rng(0))]
+
+
+def lstm_gradient():
+    args = to_float64(LSTM.make_args(np.random.default_rng(1)))
+    return egad.value_and_grad(egad.trace(scalar_loss(LSTM.fn, 0), *args), wrt=LSTM.differentiable_argnums)
+
+
+def zeros_program(x, W):
+    acc = enp.zeros((2, 3)) + x @ W  # add-zeros
+    return enp.sum(acc * acc, axis=())  # sum-over-no-axes
+
+
+@SETTINGS
+@given(args=st.tuples(*(floats(*shape) for shape in LSTM_SHAPES)), x=floats(2, 3), W=floats(3, 3))
+def test_ad_simplify_keeps_results(args, x, W):
+    check_family(optimized("lstm-gradient", lstm_gradient, ["ad_simplify"]), args,
+                 {"scatter-into-sum", "mul-by-broadcast-scalar", "scalar-op-before-broadcast",
+                  "broadcast-of-scalar-reshape", "sum-keepdims-then-flatten", "sum-over-no-axes"})
+    check_family(optimized("zeros", lambda: egad.trace(zeros_program, x, W), ["ad_simplify"]), (x, W),
+                 {"add-zeros", "sum-over-no-axes"})
+
+
+def invariant_program(xs, A, B, a, b, h0):
+    def step(t, h):
+        u = (h * a) * b  # hoist-invariant-factors
+        v = (u @ A) @ B  # hoist-invariant-matmul-chain
+        w = xs[t] @ (enp.transpose(xs[t]) @ h)  # hoist-transpose-of-row
+        return enp.tanh(v + w)
+
+    return egad.fori_loop(0, xs.shape[0], step, h0)
+
+
+INVARIANT_SHAPES = dict(xs=(4, 2, 3), A=(3, 3), B=(3, 3), a=(3,), b=(2, 3), h0=(2, 3))
+
+
+@SETTINGS
+@given(args=st.fixed_dictionaries({name: floats(*shape) for name, shape in INVARIANT_SHAPES.items()}))
+def test_loop_invariant_keeps_results(args):
+    args = tuple(args[name] for name in INVARIANT_SHAPES)
+    program = optimized("invariant", lambda: egad.trace(invariant_program, *args), ["loop_invariant"])
+    check_family(program, args, {"hoist-invariant-factors", "hoist-invariant-matmul-chain", "hoist-transpose-of-row"})
+    (loop,) = loops_of(program.program)
+    body = [b.op for b in loop.regions[0].bindings]
+    assert body.count("matmul") == 3 and "transpose" not in body  # A @ B and the transposed rows: before the loop
+
+
+def rnn(U, W, xs, h0):
+    return egad.fori_loop(0, xs.shape[0], lambda t, h: enp.tanh(xs[t] @ U + h @ W) + enp.sin(xs[t]), h0)
+
+
+RNN_SHAPES = dict(U=(3, 3), W=(3, 3), xs=(5, 2, 3), h0=(2, 3))
+
+
+@SETTINGS
+@given(args=st.fixed_dictionaries({name: floats(*shape) for name, shape in RNN_SHAPES.items()}))
+def test_batching_keeps_results(args):
+    args = tuple(args[name] for name in RNN_SHAPES)
+    program = optimized("rnn", lambda: egad.trace(rnn, *args), ["batching"])
+    check_family(program, args, {"batch-input-projection", "batch-elementwise-rows"})
+
+
+def gated_cell(xs, Wi, Wf, Wg, Wo, Ui, Uf, Ug, Uo, h0, c0):
+    """An LSTM written gate by gate: four matmuls of x, four of h."""
+    def step(t, carry):
+        h, c = carry
+        x = xs[t]
+        i = egad.nn.sigmoid(x @ Wi + h @ Ui)
+        f = egad.nn.sigmoid(x @ Wf + h @ Uf)
+        g = enp.tanh(x @ Wg + h @ Ug)
+        o = egad.nn.sigmoid(x @ Wo + h @ Uo)
+        c = f * c + i * g
+        return o * enp.tanh(c), c
+
+    h, c = egad.fori_loop(0, xs.shape[0], step, (h0, c0))
+    return enp.sum(h * h) + enp.sum(c)
+
+
+GATED_SHAPES = dict(xs=(4, 2, 3), **{f"W{k}": (3, 4) for k in "ifgo"}, **{f"U{k}": (4, 4) for k in "ifgo"},
+                    h0=(2, 4), c0=(2, 4))
+
+
+@SETTINGS
+@given(args=st.fixed_dictionaries({name: floats(*shape) for name, shape in GATED_SHAPES.items()}))
+def test_fusion_keeps_results(args):
+    args = tuple(args[name] for name in GATED_SHAPES)
+    program = optimized("gated", lambda: egad.trace(gated_cell, *args), ["fusion"])
+    check_family(program, args, {"fuse-shared-operand-matmuls"})
+    gradient = optimized("gated-gradient", lambda: egad.value_and_grad(egad.trace(gated_cell, *args),
+                                                                       wrt=tuple(range(11))), ["fusion"])
+    check_family(gradient, args, {"fuse-shared-operand-matmuls"})
+
+
+def control_program(x):
+    def body(t, h):
+        h = egad.cond(t - t < 1, lambda h: enp.sin(h), lambda h: enp.cos(h), h)  # -> fold-int-comparison, if-constant
+        h = egad.switch(t - t, [lambda h: h * 2.0, lambda h: h + 1.0], h)  # switch-constant-index
+        h = egad.cond(enp.sum(h) > 0, lambda h: h * 2.0, lambda h: h + h, h)  # add-self, if-same-result
+        h = egad.cond(enp.logical_not(t > t), lambda h: h - 1.0, lambda h: -h, h)  # compare-with-itself, fold-not
+        return enp.tanh(h)
+
+    return egad.fori_loop(0, 3, body, x)
+
+
+@SETTINGS
+@given(x=floats(3))
+def test_control_keeps_results(x):
+    program = optimized("control", lambda: egad.trace(control_program, x), ["algebra", "control"])
+    check_family(program, (x,), {"fold-int-comparison", "if-constant-predicate", "switch-constant-index",
+                                 "if-same-result", "compare-with-itself", "fold-not", "sub-self-int"})
+    (loop,) = loops_of(program.program)
+    assert not {"if", "switch"} & set(ops_of(loop.regions[0])), program.program  # every branch resolved
+
+
+# --- every rule family on the corpus and on random programs --------------------------------------
+
+PROGRAMS = all_programs()
+QUICK = {"rnn_tanh", "lstm", "gru_f32", "stacked_rnn", "cond_pytree", "switch_clamped", "while_rnn", "ragged_scan"}
+
+
+def _corpus_params() -> list:
+    return [pytest.param(p, id=p.name, marks=() if p.name in QUICK else (pytest.mark.slow,)) for p in PROGRAMS]
+
+
+@pytest.mark.parametrize("program", _corpus_params())
+def test_all_rules_keep_corpus_results(program):
+    args = program.make_args(np.random.default_rng(0))
+    traced = egad.trace(program.fn, *args, static_argnums=program.static_argnums)
+    result = Optimized(traced)
+    assert_same_results(egad.interpret(result.program, *args), egad.interpret(traced, *args), program.name)
+    if program.differentiable_argnums:
+        args = to_float64(program.make_args(np.random.default_rng(1)))
+        loss = egad.trace(scalar_loss(program.fn, 0), *args, static_argnums=program.static_argnums)
+        gradient = egad.value_and_grad(loss, wrt=program.differentiable_argnums)
+        result = Optimized(gradient)
+        assert_same_results(egad.interpret(result.program, *args), egad.interpret(gradient, *args),
+                            f"{program.name} gradient")
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(description=program_descriptions(), args=arguments(), loss_seed=st.integers(0, 3))
+def test_all_rules_keep_random_program_results(description, args, loss_seed):
+    note(show_program(description))
+    f = build_program(description)
+    traced = egad.trace(f, *args)
+    assert_same_results(egad.interpret(Optimized(traced).program, *args), egad.interpret(traced, *args), "program")
+    gradient = egad.value_and_grad(egad.trace(scalar_loss(f, loss_seed), *args), wrt=WRT)
+    assert_same_results(egad.interpret(Optimized(gradient).program, *args), egad.interpret(gradient, *args),
+                        "gradient")
+
+
+# --- (b) intended effects ---------------------------------------------------------------------
+
+def test_rnn_input_projection_becomes_one_matmul_before_the_loop():
+    args = tuple(np.random.default_rng(2).normal(size=shape) for shape in RNN_SHAPES.values())
+    program = Optimized(egad.trace(rnn, *args), ["batching"])
+    U, xs, counter = Term.arg(0, 0), Term.arg(0, 2), Term.arg(1, 0)
+    # reachable: the per-step product and the row of the batched product are one e-class
+    program.encoding.egraph.check(eq(op.matmul(op.take(xs, counter, axis=0), U)).to(
+        op.take(op.matmul(xs, U), counter, axis=0)))
+    assert program.report.matches["batch-input-projection"] >= 1
+    assert program.report.new_nodes["batch-input-projection"] == 2  # xs @ U and its row
+    # chosen, and placed before the loop: one (5, 2, 3) matmul at the top, only h @ W inside
+    top = [b for b in program.program.region.bindings if b.op == "matmul"]
+    assert [b.outputs[0].type.shape for b in top] == [(5, 2, 3)]
+    (loop,) = loops_of(program.program)
+    assert [b.op for b in loop.regions[0].bindings].count("matmul") == 1
+    sites = {program.origins[n].site for n in program.extraction.choice.values()}
+    (site,) = [s for s in sites if s.name == "batch-input-projection"]
+    assert site == next(r.site for r in rules.rules_of("batching") if r.name == "batch-input-projection")
+    assert site.file.endswith("rules/batching.py") and site.line > 0
+    assert_same_results(egad.interpret(program.program, *args), egad.interpret(program.original, *args))
+
+
+def test_four_gate_matmuls_sharing_an_operand_become_one():
+    args = tuple(np.random.default_rng(3).normal(size=shape) for shape in GATED_SHAPES.values())
+    program = Optimized(egad.trace(gated_cell, *args), ["fusion"])
+    (loop,) = loops_of(program.original)
+    assert [b.op for b in loop.regions[0].bindings].count("matmul") == 8
+    (loop,) = loops_of(program.program)
+    body = loop.regions[0].bindings
+    matmuls = [b for b in body if b.op == "matmul"]
+    assert [b.outputs[0].type.shape for b in matmuls] == [(2, 16), (2, 16)]  # x @ [Wi Wf Wg Wo], h @ [Ui ..]
+    assert [b.op for b in body].count("slice") == 8
+    top = [b.op for b in program.program.region.bindings]
+    assert top.count("concat") == 2  # the weights are joined once, before the loop
+    assert program.report.matches["fuse-shared-operand-matmuls"] == 2
+    assert_same_results(egad.interpret(program.program, *args), egad.interpret(program.original, *args))
+
+
+def test_batching_and_fusion_together_leave_one_matmul_per_step():
+    args = tuple(np.random.default_rng(4).normal(size=shape) for shape in GATED_SHAPES.values())
+    program = Optimized(egad.trace(gated_cell, *args), ["batching", "fusion"])
+    (loop,) = loops_of(program.program)
+    assert [b.op for b in loop.regions[0].bindings].count("matmul") == 1  # h @ [Ui Uf Ug Uo]
+    assert_same_results(egad.interpret(program.program, *args), egad.interpret(program.original, *args))
+
+
+def test_weight_transposes_leave_the_reverse_loop():
+    args = tuple(np.random.default_rng(5).normal(size=shape) for shape in RNN_SHAPES.values())
+    gradient = egad.value_and_grad(egad.trace(lambda *a: enp.sum(rnn(*a) ** 2), *args), wrt=(0, 1))
+    reverse = next(b for b in gradient.region.bindings if b.op == "for" and b.attrs["reverse"])
+    transposed = [b for b in reverse.regions[0].bindings if b.op == "transpose"]
+    invariants = set(v.uid for v in reverse.regions[0].params[1 + reverse.attrs["n_state"]:])
+    assert any(b.inputs[0].uid in invariants for b in transposed)  # AD reads W.T and U.T inside the loop
+    program = Optimized(gradient)  # every family
+    reverse = next(b for b in program.program.region.bindings if b.op == "for" and b.attrs["reverse"])
+    invariants = set(v.uid for v in reverse.regions[0].params[1 + reverse.attrs["n_state"]:])
+    assert not [b for b in reverse.regions[0].bindings if b.op == "transpose" and b.inputs[0].uid in invariants]
+    assert "transpose" in [b.op for b in program.program.region.bindings]  # computed once, before the loop
+    assert_same_results(egad.interpret(program.program, *args), egad.interpret(gradient, *args))
+
+
+# --- the schedule: report and limits ----------------------------------------------------------------
+
+def test_report_says_which_rules_fired_how_often_and_the_egraph_size():
+    program = optimized("lstm-gradient", lstm_gradient, ["ad_simplify"])
+    report = program.report
+    assert report.stopped_by == "saturated" and report.limit_hit is None
+    assert report.families == ("ad_simplify",) and report.rounds >= 2
+    assert report.fired()["scatter-into-sum"] >= 1 and all(count > 0 for count in report.fired().values())
+    assert set(report.fired()) <= {r.name for r in rules.rules_of("ad_simplify")}
+    assert report.nodes >= report.classes > 0 and report.seconds > 0 and report.facts > 0
+    text = str(report)
+    assert "scatter-into-sum" in text and "stopped by saturated" in text
+
+
+@pytest.mark.parametrize("limits, limit", [(Limits(nodes=10), "nodes"), (Limits(seconds=0.0), "seconds"),
+                                           (Limits(rounds=1), "rounds")])
+def test_a_limit_stops_saturation_cleanly_and_says_which(limits, limit):
+    args = tuple(np.random.default_rng(6).normal(size=shape) for shape in GATED_SHAPES.values())
+    program = Optimized(egad.trace(gated_cell, *args), limits=limits)
+    assert program.report.stopped_by == limit and program.report.limit_hit == limit and program.report.rounds == 1
+    assert_same_results(egad.interpret(program.program, *args), egad.interpret(program.original, *args))
+
+
+def test_saturating_twice_adds_nothing_new():
+    args = tuple(np.random.default_rng(7).normal(size=shape) for shape in RNN_SHAPES.values())
+    encoding = encode(egad.trace(rnn, *args))
+    first = saturate(encoding)
+    second = saturate(encoding)
+    assert first.stopped_by == second.stopped_by == "saturated"
+    assert second.nodes == first.nodes and sum(second.new_nodes.values()) == 0
+
+
+# --- rules are data ---------------------------------------------------------------------------------
+
+def test_every_rule_has_a_kebab_name_a_site_and_a_why():
+    names = [f.name for f in rules.families()]
+    assert names == ["algebra", "ad_simplify", "loop_invariant", "batching", "fusion", "control", "checkpoint",
+                     "unroll"]
+    seen = set()
+    for family in rules.families():
+        assert family.doc.strip(), family.name  # what the family assumes
+        assert family.rules or family.todo, family.name
+        for rule in rules.rules_of(family.name):
+            assert rule.family == family.name and rule.name not in seen
+            seen.add(rule.name)
+            assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", rule.name)
+            assert rule.why and "\n" not in rule.why
+            assert rule.site.file.endswith(f"rules/{family.name}.py"), rule.site
+            lines = open(rule.site.file).read().splitlines()
+            assert 0 < rule.site.line <= len(lines)
+            assert rule.rewrites or rule.transform
+    assert len(seen) >= 30
+
+
+def test_nodes_a_rule_makes_record_the_rule():
+    program = optimized("lstm-gradient", lstm_gradient, ["ad_simplify"])
+    made = [origin for origin in program.origins.values() if origin.site.name != "input"]
+    assert made and {o.site.name for o in made} <= {r.name for r in rules.rules_of("ad_simplify")}
+    for origin in made:
+        assert origin.site.file.endswith("rules/ad_simplify.py")
+    counts = {}
+    for origin in made:
+        counts[origin.site.name] = counts.get(origin.site.name, 0) + 1
+    assert counts == {name: n for name, n in program.report.new_nodes.items() if n}
+
+
+def test_type_conflicts_catch_a_rule_that_changes_a_shape():
+    def f(x, y):
+        return x + y  # y broadcasts: (3,) + (2, 3)
+
+    encoding = encode(egad.trace(f, np.ones(3), np.ones((2, 3))))
+    a, b = vars_("a b", Term)
+    encoding.egraph.run(ruleset(rewrite(op.add(a, b)).to(a)))  # wrong: drops the broadcast
+    snapshot = Snapshot.of(encoding.egraph)
+    assert type_conflicts(encoding, snapshot)
