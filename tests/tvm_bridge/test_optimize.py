@@ -148,3 +148,21 @@ def test_dlpack_arguments_are_accepted():
     expected_value, (expected_dW,) = egad.interpret(egad.value_and_grad(program), W, XS, H0)
     np.testing.assert_allclose(value, expected_value, rtol=1e-12)
     np.testing.assert_allclose(dW, expected_dW, rtol=1e-10)
+
+
+def test_arguments_and_results_are_never_aliased_wrongly():
+    import tvm
+
+    def f(x, k, y):
+        return x, x * k + y, y
+
+    program = egad.trace(f, np.ones(16), 2.0, np.zeros(16), static_argnums=(1,))
+    compiled = egad.optimize(program, wrt=None)
+    x = np.zeros(64 + 16)[8:24]  # a view, not 64-byte aligned in general
+    y = tvm.runtime.tensor(np.arange(16.0))  # already a TVM tensor: passed through
+    out_x, combined, out_y = compiled(x, 2.0, y)
+    np.testing.assert_array_equal(combined, np.arange(16.0))
+    out_x[:] = 5.0
+    out_y[:] = 7.0  # results are the caller's: writing them changes no argument
+    assert x.max() == 0.0 and y.numpy()[3] == 3.0
+    np.testing.assert_array_equal(compiled(x, 2.0, y)[1], np.arange(16.0))
