@@ -1,13 +1,15 @@
 """Changing an e-graph from Python: facts, new nodes and unions, each with its origin.
 
-Analyses (analysis.py) write facts and loop transformers (rules/) add whole nodes;
-both address e-classes of a `Snapshot`, whose class ids do not survive the next
-rewrite. So every class is written in a *stable form*: the insertion handle bound
-to it (`Bound(h)`), or else the earliest node recorded in it, itself written over
-stable forms (provenance.py keys nodes the same way). A new node is recorded in the
-provenance under its stable form, so `Provenance.resolve` finds it in any later
-snapshot. Commands go to egglog's low-level bindings in one `run_program` call per
-`flush()`, like insertion.py.
+Analyses (analysis.py), the marks rules leave (marks.py) and loop transformers
+(rules/) address e-classes of a `Snapshot`, whose class ids do not survive the next
+rewrite. So every class is written in a *stable form*: the insertion handle bound to
+it (`Bound(h)`), or else the earliest node recorded in it, written over stable forms
+(provenance.py keys nodes the same way). A new node gets a fresh handle of its own
+(appended to `Encoding.bound`), so every stable form is one node over handles, as
+inserted nodes are (A-normal form): a chain of new nodes never nests. Each new node
+is recorded in the provenance under its stable form, so `Provenance.resolve` finds it
+in any later snapshot. Commands go to egglog's low-level bindings in one
+`run_program` call per `flush()`, like insertion.py.
 """
 from __future__ import annotations
 
@@ -22,21 +24,23 @@ from .snapshot import Snapshot
 class Editor:
     """Stable forms of one snapshot's classes, and a queue of commands against them."""
 
-    def __init__(self, egraph: EGraph, snapshot: Snapshot, provenance: Provenance):
+    def __init__(self, egraph: EGraph, snapshot: Snapshot, provenance: Provenance, bound: list | None = None):
         self.egraph = egraph
         self.snapshot = snapshot
         self.provenance = provenance
+        self.bound = bound  # the encoding's node per handle: a new node gets a handle of its own
         self.origins, self.keys = provenance.index(snapshot)  # resolved origins; class -> stable form
         for handle, cid in sorted(snapshot.handles.items(), reverse=True):
             self.keys[cid] = Handle(handle)  # the shortest form; the lowest handle wins
         self._commands: list = []
+        self._recorded: dict[int, tuple[ENode, object]] = {}  # id(new node) -> (node, its stable form)
 
     # --- stable forms ------------------------------------------------------------
 
     def form(self, field):
-        """The stable form of a snapshot field: a term class, an attribute class, a Vec,
-        a nested node written over either, or a primitive (returned as is).
-        Raises KeyError for a term class with no recorded node yet."""
+        """The stable form of a snapshot field: a term class, an attribute class or node, a
+        Vec, or a primitive (returned as is). Raises KeyError for a term class with no
+        recorded node yet. New term nodes get theirs from `record`."""
         if isinstance(field, ClassId):
             if field.sort == "Term":
                 return self.keys[field]
@@ -52,21 +56,48 @@ class Editor:
         """The egglog expression of a field, for a low-level command."""
         return _expr(self.form(field))
 
+    def class_origin(self, cid: ClassId):
+        """The origin of the earliest node recorded in a class (None for a new class)."""
+        recorded = [self.origins[n] for n in self.snapshot.nodes.get(cid, ()) if n in self.origins]
+        return min(recorded, key=lambda origin: origin.order) if recorded else None
+
     # --- changes -------------------------------------------------------------------
 
-    def record(self, node: ENode, site: RuleSite, like: ClassId | None = None) -> ENode:
-        """Record `node` (snapshot form: fields may be class ids, nested nodes are recorded
-        too) as introduced by `site`; it takes the user's line and names of the earliest
-        node of `like`, the class it joins. Returns its stable form."""
-        stable = self.form(node)
-        origin = self.provenance.origin(self.keys[like]) if like is not None and like in self.keys else None
-        for nested in _term_nodes(stable):
-            self.provenance.record(nested, site, *((origin.loc, origin.hints) if origin and nested is stable else ()))
-        return stable
+    def record(self, node: ENode, site: RuleSite, like: ClassId | None = None):
+        """Record `node` (fields: class ids, primitives, or new term nodes, recorded too)
+        as introduced by `site`; it takes the user's line and names of the earliest node
+        of `like`, the class it joins. Returns the stable form of its class: with `bound`,
+        a fresh handle bound to it, so stable forms stay one node deep however long a
+        chain of new nodes is (a DAG written as nested forms would grow exponentially).
+        A node object met twice is recorded once."""
+        origin = self.class_origin(like) if like is not None else None
+        return self._record(node, site, origin)
 
-    def union(self, cid: ClassId, node: ENode, site: RuleSite) -> None:
-        """Queue: the class `cid` also holds `node` (snapshot form), introduced by `site`."""
-        stable = self.record(node, site, like=cid)
+    def _record(self, node: ENode, site: RuleSite, origin):
+        if id(node) in self._recorded:
+            return self._recorded[id(node)][1]
+        stable = ENode(node.head, tuple(self._new_field(arg, site) for arg in node.args))
+        self.provenance.record(stable, site, *((origin.loc, origin.hints) if origin is not None else ()))
+        result = stable
+        if self.bound is not None:
+            result = Handle(len(self.bound))
+            self.bound.append(stable)
+            self._commands.append(bindings.ActionCommand(bindings.Set(_SPAN, "Bound", [_int(result.index)],
+                                                                      _expr(stable))))
+        self._recorded[id(node)] = (node, result)
+        return result
+
+    def _new_field(self, field, site: RuleSite):
+        if isinstance(field, ENode) and not _is_attribute(field):
+            return self._record(field, site, None)
+        if isinstance(field, tuple):
+            return tuple(self._new_field(item, site) for item in field)
+        return self.form(field)
+
+    def union(self, cid: ClassId, node: ENode | ClassId, site: RuleSite) -> None:
+        """Queue: the class `cid` also holds `node` (fields as for `record`), introduced by
+        `site`; or, for a class id, the two classes are one."""
+        stable = self.form(node) if isinstance(node, ClassId) else self.record(node, site, like=cid)
         self._commands.append(bindings.ActionCommand(bindings.Union(_SPAN, _expr(self.keys[cid]), _expr(stable))))
 
     def set_value(self, function: str, cid: ClassId, value) -> None:
@@ -87,14 +118,5 @@ class Editor:
         return len(commands)
 
 
-def _term_nodes(form):
-    """The Term nodes of a stable form, innermost first (handles and attributes skipped)."""
-    if isinstance(form, ENode):
-        if form.head.startswith("Attr") or form.head in ("NoAttrs", "WithAttr"):
-            return
-        for arg in form.args:
-            yield from _term_nodes(arg)
-        yield form
-    elif isinstance(form, tuple):
-        for item in form:
-            yield from _term_nodes(item)
+def _is_attribute(node: ENode) -> bool:
+    return node.head.startswith("Attr") or node.head in ("NoAttrs", "WithAttr")

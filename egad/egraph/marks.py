@@ -91,7 +91,7 @@ def record_marks(editor: Editor, sites: dict[int, RuleSite]) -> Counter:
             resolved.add(node)
             recorded[site_id] += 1
             if cid is not None:
-                editor.keys.setdefault(cid, stable)
+                editor.keys.setdefault(cid, stable)  # later nodes over this new class are written over it
         if len(waiting) == len(pending):
             break  # nodes over classes no recorded node reaches (a cycle of new classes)
         pending = waiting

@@ -149,22 +149,26 @@ def saturate(encoding: Encoding, families=None, limits: Limits = Limits()) -> Sa
                 matches[name.rsplit("/", 1)[0]] += count
 
         snapshot = Snapshot.of(egraph)
-        editor = Editor(egraph, snapshot, encoding.provenance)
+        editor = Editor(egraph, snapshot, encoding.provenance, encoding.bound)
         for site_id, count in record_marks(editor, sites).items():
             new_nodes[names[site_id]] += count
+        if editor.flush():  # handles for the new nodes
+            snapshot = Snapshot.of(egraph)
+            editor = Editor(egraph, snapshot, encoding.provenance, encoding.bound)
 
-        unions = 0
+        transformed = False
         if transformers:
             view = TransformView(encoding, snapshot, analyse(encoding, snapshot), editor)
             for rule in transformers:
                 view.site, recorded = rule.site, len(encoding.provenance)
                 matches[rule.name] += rule.transform(view)
                 new_nodes[rule.name] += len(encoding.provenance) - recorded
-            unions = view.unions
             if editor.flush():
+                before = _size(snapshot), len(snapshot.nodes)
                 snapshot = Snapshot.of(egraph)
+                transformed = (_size(snapshot), len(snapshot.nodes)) != before  # a union of equal classes is no change
 
-        if not written and not report.updated and not unions:
+        if not written and not report.updated and not transformed:
             stopped_by = "saturated"
             break
         if _size(snapshot) > limits.nodes:
