@@ -11,7 +11,7 @@ order the schedule (egad/egraph/schedule.py) runs them:
     fusion          x @ W1, ..., x @ Wk -> one matmul on concatenated weights (transformer)
     control         constant predicates, results every branch agrees on
     checkpoint      (not written yet) GradLoop policies
-    unroll          (not written yet) unroll-by-k alternatives
+    unroll          short loops with known trip counts, written out (transformer)
 
     from egad.rules import families, rules_of
     [rule.name for rule in rules_of("algebra")]
