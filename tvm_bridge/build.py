@@ -102,7 +102,7 @@ class _Leaves:
                 return passed
             value = np.asarray(passed.numpy(), dtype=value.dtype)
         value = np.asarray(value, order="C")
-        if not (_on_cpu(device) and value.ndim):
+        if not (_on_cpu(device) and value.size):  # scalars and empty arrays: nothing worth sharing
             return tvm.runtime.tensor(value, device)
         if value.ctypes.data % _ALIGNMENT:
             value = self.staging.aligned_copy(k, value)
