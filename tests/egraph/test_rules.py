@@ -220,19 +220,21 @@ def lstm_gradient():
     return egad.value_and_grad(egad.trace(scalar_loss(LSTM.fn, 0), *args), wrt=LSTM.differentiable_argnums)
 
 
-def zeros_program(x, W):
+def zeros_program(x, W, k):
     acc = enp.zeros((2, 3)) + x @ W  # add-zeros
-    return enp.sum(acc * acc, axis=())  # sum-over-no-axes
+    rows = W.at[k].add(enp.zeros(3))  # scatter-of-zeros
+    return enp.sum(acc * acc, axis=()), rows  # sum-over-no-axes
 
 
 @SETTINGS
-@given(args=st.tuples(*(floats(*shape) for shape in LSTM_SHAPES)), x=floats(2, 3), W=floats(3, 3))
-def test_ad_simplify_keeps_results(args, x, W):
+@given(args=st.tuples(*(floats(*shape) for shape in LSTM_SHAPES)), x=floats(2, 3), W=floats(3, 3),
+       k=st.integers(-3, 2))
+def test_ad_simplify_keeps_results(args, x, W, k):
     check_family(optimized("lstm-gradient", lstm_gradient, ["ad_simplify"]), args,
                  {"scatter-into-sum", "mul-by-broadcast-scalar", "scalar-op-before-broadcast",
                   "broadcast-of-scalar-reshape", "sum-keepdims-then-flatten", "sum-over-no-axes"})
-    check_family(optimized("zeros", lambda: egad.trace(zeros_program, x, W), ["ad_simplify"]), (x, W),
-                 {"add-zeros", "sum-over-no-axes"})
+    check_family(optimized("zeros", lambda: egad.trace(zeros_program, x, W, k), ["ad_simplify"]), (x, W, k),
+                 {"add-zeros", "sum-over-no-axes", "scatter-of-zeros"})
 
 
 def invariant_program(xs, A, B, a, b, h0):
@@ -311,6 +313,7 @@ def control_program(x):
         h = egad.switch(t - t, [lambda h: h * 2.0, lambda h: h + 1.0], h)  # switch-constant-index
         h = egad.cond(enp.sum(h) > 0, lambda h: h * 2.0, lambda h: h + h, h)  # add-self, if-same-result
         h = egad.cond(enp.logical_not(t > t), lambda h: h - 1.0, lambda h: -h, h)  # compare-with-itself, fold-not
+        h = egad.switch(t, [lambda h: h * 2.0, lambda h: h + h, lambda h: h * 2.0], h)  # switch-same-result
         return enp.tanh(h)
 
     return egad.fori_loop(0, 3, body, x)
@@ -321,7 +324,8 @@ def control_program(x):
 def test_control_keeps_results(x):
     program = optimized("control", lambda: egad.trace(control_program, x), ["algebra", "control"])
     check_family(program, (x,), {"fold-int-comparison", "if-constant-predicate", "switch-constant-index",
-                                 "if-same-result", "compare-with-itself", "fold-not", "sub-self-int"})
+                                 "if-same-result", "compare-with-itself", "fold-not", "sub-self-int",
+                                 "switch-same-result"})
     (loop,) = loops_of(program.program)
     assert not {"if", "switch"} & set(ops_of(loop.regions[0])), program.program  # every branch resolved
 
@@ -342,6 +346,19 @@ def test_unroll_keeps_results(args):
     program = optimized("short", lambda: egad.trace(short_loops, *args), ["unroll"])
     check_family(program, args, {"unroll-short-loop"})
     assert "for" not in ops_of(program.program.region)  # both loops written out
+
+
+def test_identities_the_tracer_never_writes_fire_where_rewriting_makes_them():
+    encoding = encode(egad.trace(lambda x: enp.sin(x), np.ones((2, 3))))
+    x = Term.arg(0, 0)
+    made = [op.broadcast_to(x, shape=(2, 3)), op.transpose(x, perm=(0, 1))]
+    for term in made:
+        encoding.egraph.register(term)  # as if another rule had built it
+    report = saturate(encoding, ["algebra"])
+    assert {"broadcast-to-own-shape", "transpose-identity"} <= set(report.fired())
+    for term in made:
+        encoding.egraph.check(eq(term).to(x))
+    assert not encoding.egraph.check_bool(eq(op.broadcast_to(x, shape=(1, 2, 3))).to(x))
 
 
 # --- every rule family on the corpus and on random programs --------------------------------------
