@@ -14,7 +14,7 @@ from egad.interp import _flatten_arguments
 from egad.ir.program import Program
 from egad.pytree import flatten, unflatten
 
-from . import runtime
+from . import runtime, schedule
 from .cache import BuildCache, Entry, cache_key, shared_cache
 from .lower import lower
 from .targets import ResolvedTarget, device_source, resolve
@@ -161,7 +161,8 @@ def _to_numpy(results, arguments) -> list[np.ndarray]:
 
 def _compile(module, target: ResolvedTarget):
     try:
-        return tvm.compile(module, target=target.tvm_target)
+        return tvm.compile(module, target=schedule.cpu_target(target.tvm_target),
+                           relax_pipeline=schedule.relax_pipeline(target.tvm_target) or "default")
     except tvm.error.InternalError as error:
         if target.kind == "webgpu" and "i64" in str(error):
             raise UnsupportedError(message(

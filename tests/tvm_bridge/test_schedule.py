@@ -1,0 +1,222 @@
+"""egad's CPU schedules (tvm_bridge/schedule.py): scheduled builds agree with the
+interpreter for matmuls (odd, batched, transposed, symbolic), fused elementwise
+functions and reductions, and the rules really apply (parallel and vectorized loops
+in the scheduled TIR). No timing here: benchmarks/cpu_kernels.py measures speed."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+import tvm
+from tvm import tirx
+
+import egad
+import egad.nn as enn
+import egad.numpy as enp
+from egad.tvm_bridge import build, lower, schedule
+from egad.tvm_bridge.cache import BuildCache
+from tests.trees import assert_trees_close
+
+RNG = np.random.default_rng(0)
+
+
+@pytest.fixture(autouse=True)
+def rule_errors_raise(monkeypatch):
+    """A rule that raises fails the test here instead of leaving a function unscheduled."""
+    monkeypatch.setattr(schedule, "RAISE_RULE_ERRORS", True)
+
+
+def f32(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def built(program):
+    """Built afresh (not from the build cache), so the schedule rules run."""
+    return build(program, cache=BuildCache(None))
+
+
+def check_against_interpreter(fn, *args, specs=None, calls=None):
+    program = egad.trace(fn, *(specs or args))
+    compiled = built(program)
+    for call_args in calls or [args]:
+        assert_trees_close(compiled(*call_args), egad.interpret(program, *call_args), 1e-4, fn.__name__)
+
+
+def scheduled_prim_funcs(fn, *args) -> dict:
+    """The PrimFuncs of `fn`'s module after egad's Relax pipeline, by name."""
+    target = schedule.cpu_target("llvm")
+    with tvm.target.Target(target):
+        module = schedule.relax_pipeline(target)(lower(egad.trace(fn, *args)))
+    return {gv.name_hint: func for gv, func in module.functions_items() if isinstance(func, tirx.PrimFunc)}
+
+
+def loop_kinds(func) -> set:
+    """The annotated loop kinds in a PrimFunc's TVMScript: parallel, vectorized, unroll."""
+    return set(re.findall(r"in T\.(parallel|vectorized|unroll)\(", func.script()))
+
+
+def rules_applied(funcs: dict) -> set:
+    return {str(func.attrs["egad.schedule_rule"]) for func in funcs.values()
+            if func.attrs is not None and "egad.schedule_rule" in func.attrs}
+
+
+# ---------------------------------------------------------------- values
+
+def matmul(a, b):
+    return a @ b
+
+
+def matmul_a_transposed(a, b):
+    return a.T @ b
+
+
+def matmul_b_transposed(a, b):
+    return a @ b.T
+
+
+def dense_tanh(a, b, bias):
+    return enp.tanh(a @ b + bias)
+
+
+MATMULS = {
+    "square": (matmul, f32(64, 48), f32(48, 80)),
+    "odd 7x13x5": (matmul, f32(7, 13), f32(13, 5)),
+    "odd 33x70x37": (matmul, f32(33, 70), f32(70, 37)),
+    "batched": (matmul, f32(3, 9, 17), f32(3, 17, 24)),
+    "batch broadcast": (matmul, f32(3, 9, 17), f32(17, 24)),
+    "A^T @ B": (matmul_a_transposed, f32(64, 40), f32(64, 48)),
+    "A @ B^T": (matmul_b_transposed, f32(40, 64), f32(48, 64)),
+    "bias + tanh epilogue": (dense_tanh, f32(32, 64), f32(64, 128), f32(128)),
+    "float64": (matmul, RNG.standard_normal((20, 30)), RNG.standard_normal((30, 40))),
+    "long depth (panels)": (matmul, f32(16, 1536), f32(1536, 64)),
+    "matrix @ vector": (matmul, f32(30, 40), f32(40)),
+    "vector @ matrix": (matmul, f32(40), f32(40, 30)),
+}
+
+
+@pytest.mark.parametrize("name", MATMULS)
+def test_matmul_matches_interpreter(name):
+    fn, *args = MATMULS[name]
+    check_against_interpreter(fn, *args)
+
+
+@pytest.mark.parametrize("inner, other", [(3, 5), (40, 37)])
+def test_matmul_with_symbolic_rows_matches_interpreter_for_every_length(inner, other):
+    b = f32(inner, other)
+    calls = [(f32(rows, inner), b) for rows in (1, 11, 29)]
+    check_against_interpreter(matmul, specs=[egad.Spec(("T", inner), "float32"), b], calls=calls)
+
+
+def scaled_tanh(a, b):
+    return enp.tanh(a) * b + 1.0
+
+
+def clipped(a):
+    return enp.where(a > 0, a, 0.0)
+
+
+@pytest.mark.parametrize("fn, args", [(scaled_tanh, (f32(300, 257), f32(257))), (clipped, (f32(100, 100),))],
+                         ids=["tanh-scale-shift", "where"])
+def test_fused_elementwise_matches_interpreter(fn, args):
+    check_against_interpreter(fn, *args)
+
+
+def tanh_plus_one(a):
+    return enp.tanh(a) + 1.0
+
+
+@pytest.mark.parametrize("shape", [("T", 19), (4, "T")], ids=["symbolic-outer", "symbolic-inner"])
+def test_elementwise_with_symbolic_dims_matches_interpreter(shape):
+    calls = [(f32(*[23 if dim == "T" else dim for dim in shape]),), (f32(*[1 if dim == "T" else dim for dim in shape]),)]
+    check_against_interpreter(tanh_plus_one, specs=[egad.Spec(shape, "float32")], calls=calls)
+
+
+def sum_rows(a):
+    return enp.sum(a, axis=0)
+
+
+def sum_columns(a):
+    return enp.sum(a, axis=1)
+
+
+def max_of_squares(a):
+    return enp.max(a * a, axis=-1)
+
+
+def sum_all(a):
+    return enp.sum(a * a)
+
+
+def softmax(a):
+    return enn.softmax(a, axis=-1)
+
+
+@pytest.mark.parametrize("fn, shape", [(sum_rows, (300, 257)), (sum_columns, (300, 257)), (max_of_squares, (30, 64)),
+                                       (sum_all, (300, 257)), (softmax, (20, 33))],
+                         ids=lambda value: getattr(value, "__name__", str(value)))
+def test_reduction_matches_interpreter(fn, shape):
+    check_against_interpreter(fn, f32(*shape))
+
+
+def test_reduction_with_symbolic_rows_matches_interpreter():
+    calls = [(f32(rows, 19),) for rows in (1, 23)]
+    check_against_interpreter(sum_rows, specs=[egad.Spec(("T", 19), "float32")], calls=calls)
+
+
+def test_gradient_of_a_dense_layer_matches_interpreter():
+    def loss(W, b, x):
+        return enp.sum(enp.tanh(x @ W + b) ** 2)
+
+    args = (f32(64, 96) * 0.1, f32(96), f32(32, 64))
+    program = egad.value_and_grad(egad.trace(loss, *args), wrt=(0, 1, 2))
+    assert_trees_close(built(program)(*args), egad.interpret(program, *args), 1e-4, "dense gradient")
+
+
+# ---------------------------------------------------------------- the rules apply
+
+def test_matmul_is_tiled_parallel_and_vectorized():
+    funcs = scheduled_prim_funcs(dense_tanh, f32(32, 512), f32(512, 1024), f32(1024))
+    (func,) = funcs.values()  # bias + tanh fused into the matmul's function
+    assert func.attrs["egad.schedule_rule"] == "matmul-tiled-packed"
+    assert {"parallel", "vectorized", "unroll"} <= loop_kinds(func)
+
+
+def test_transposed_operand_is_read_in_place_by_the_matmul():
+    funcs = scheduled_prim_funcs(matmul_b_transposed, f32(32, 512), f32(1024, 512))
+    assert rules_applied(funcs) == {"matmul-tiled-packed"} and len(funcs) == 1
+
+
+def test_elementwise_function_is_parallel_and_vectorized():
+    funcs = scheduled_prim_funcs(scaled_tanh, f32(300, 256), f32(256))
+    (func,) = funcs.values()
+    assert func.attrs["egad.schedule_rule"] == "elementwise-parallel-vector"
+    assert {"parallel", "vectorized"} <= loop_kinds(func)
+
+
+def test_sum_over_rows_is_parallel_over_columns_and_vectorized():
+    funcs = scheduled_prim_funcs(sum_rows, f32(300, 256))
+    assert rules_applied(funcs) == {"reduction-parallel-spatial"}
+    assert {"parallel", "vectorized"} <= set().union(*map(loop_kinds, funcs.values()))
+
+
+def test_tiny_functions_are_left_alone():
+    funcs = scheduled_prim_funcs(tanh_plus_one, f32(3, 4))
+    assert rules_applied(funcs) == set()
+
+
+def test_a_rule_that_raises_leaves_its_function_unscheduled_and_the_build_correct(monkeypatch):
+    def broken(sch, lanes_of):
+        raise RuntimeError("broken rule")
+
+    monkeypatch.setattr(schedule, "RAISE_RULE_ERRORS", False)
+    monkeypatch.setattr(schedule, "SCHEDULE_RULES", (schedule.ScheduleRule("broken", broken),))
+    failures = schedule.RULE_COUNTS["failed:broken"]
+    check_against_interpreter(scaled_tanh, f32(300, 257), f32(257))
+    assert schedule.RULE_COUNTS["failed:broken"] > failures
+
+
+def test_only_llvm_targets_get_the_cpu_pipeline():
+    assert schedule.relax_pipeline("llvm") is not None
+    assert schedule.relax_pipeline({"kind": "cuda"}) is None
+    assert "mcpu" in schedule.cpu_target("llvm").attrs

@@ -1,0 +1,122 @@
+"""Relax fusion for egad's lowered modules: TVM's FuseOps/FuseTIR, plus the passes
+that make them safe on what tvm_bridge/lower.py emits. tvm_bridge/schedule.py puts
+them in its pipeline, before the PrimFuncs they produce are scheduled.
+
+lower.py emits plain binding blocks (FuseOps fuses only inside dataflow blocks),
+loop bodies as private functions handed to the loop driver (fusion rewrites private
+signatures), and shapes computed at run time and bound by match_cast (FuseOps can
+move a use of such a dimension above its definition). Each pass below says which.
+"""
+from __future__ import annotations
+
+import tvm
+from tvm import relax
+from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
+
+
+def fusion_passes(target) -> list:
+    """The passes from egad's lowered module to fused PrimFuncs called by Relax:
+    dataflow blocks, transpose-into-matmul fusion, cpu_generic's dispatch and
+    legalization (without FoldConstant), FuseOps, FuseTIR, and the fix-ups."""
+    return ([keep_function_signatures, relax.transform.ConvertToDataflow(min_size=1), fuse_transpose_matmul]
+            + cpu_generic.library_dispatch_passes(target)
+            + legalize_and_fuse(target)
+            + [order_after_shape_definitions])
+
+
+def legalize_and_fuse(target) -> list:
+    """cpu_generic's legalization passes without FoldConstant, which compiles and runs
+    a TIR function for every constant expression (19 of the 27 s that 20 corpus
+    gradients took to build) to save scalar arithmetic the compiled code does in
+    nanoseconds. (DESIGN §7 also warns that folding a taped constant corrupts it.)"""
+    return [pass_ for pass_ in cpu_generic.legalize_passes(target) if pass_.info.name != "FoldConstant"]
+
+
+@tvm.transform.module_pass(opt_level=0, name="egad.FuseTransposeMatmul")
+def fuse_transpose_matmul(mod: tvm.IRModule, _context) -> tvm.IRModule:
+    """X @ W^T as one contraction reading W in place (the matmul schedule packs W's
+    panels anyway) instead of a transpose of W first; the gradient writes it for every
+    dense layer's input gradient. TVM's pass assumes each matched transpose feeds
+    only the matmul and fails when it is used elsewhere too: then the module is left
+    as it was."""
+    try:
+        return relax.transform.FuseTransposeMatmul()(mod)
+    except Exception:  # noqa: BLE001 - its failure surfaces as whatever Python raised inside it
+        return mod
+
+
+@tvm.transform.module_pass(opt_level=0, name="egad.KeepFunctionSignatures")
+def keep_function_signatures(mod: tvm.IRModule, _context) -> tvm.IRModule:
+    """Make every Relax function public. Loop bodies are private functions the loop
+    driver calls with a fixed argument list; fusion drops the parameters a private
+    function does not use (a body's `invoke` when it has no inner loop)."""
+    exposed = {global_var: func.with_attr("global_symbol", global_var.name_hint)
+               for global_var, func in mod.functions_items()
+               if isinstance(func, relax.Function) and "global_symbol" not in (func.attrs or {})}
+    for global_var, func in exposed.items():
+        mod[global_var] = func
+    return mod
+
+
+@tvm.transform.module_pass(opt_level=0, name="egad.OrderAfterShapeDefinitions")
+def order_after_shape_definitions(mod: tvm.IRModule, _context) -> tvm.IRModule:
+    """Reorder each dataflow block so that a binding comes after the match_cast
+    defining the symbolic dimensions it uses. FuseOps orders bindings by data
+    dependence only and can move a binding whose shape uses a dimension (an output
+    `(d1,)`) above the match_cast defining `d1`; VMShapeLower then fails with
+    "d1 has not been computed". Dataflow bindings are pure, so any order that
+    respects both kinds of dependence computes the same values."""
+    reordered = {global_var: _reorder_function(func) for global_var, func in mod.functions_items()
+                 if isinstance(func, relax.Function)}
+    for global_var, func in reordered.items():
+        mod[global_var] = func
+    return mod
+
+
+def _reorder_function(func: relax.Function) -> relax.Function:
+    return relax.Function(func.params, _reorder_seq(func.body), func.ret_ty, func.is_pure, func.attrs, func.span)
+
+
+def _reorder_seq(expr):
+    if not isinstance(expr, relax.SeqExpr):
+        return expr
+    blocks = []
+    for block in expr.blocks:
+        bindings = [_reorder_branches(binding) for binding in block.bindings]
+        if isinstance(block, relax.DataflowBlock):
+            blocks.append(relax.DataflowBlock(_dependence_order(bindings), block.span))
+        else:
+            blocks.append(relax.BindingBlock(bindings, block.span))
+    return relax.SeqExpr(blocks, expr.body, expr.span)
+
+
+def _reorder_branches(binding):
+    value = binding.value
+    if isinstance(binding, relax.VarBinding) and isinstance(value, relax.If):
+        branches = (_reorder_seq(value.true_branch), _reorder_seq(value.false_branch))
+        return relax.VarBinding(binding.var, relax.If(value.cond, *branches, value.span), binding.span)
+    return binding
+
+
+def _dependence_order(bindings: list) -> list:
+    """`bindings` stably sorted so each comes after the bindings defining the Relax
+    variables and symbolic dimensions it uses (variables hash by identity)."""
+    defined_at = {}
+    for index, binding in enumerate(bindings):
+        defined_at[binding.var] = index
+        if isinstance(binding, relax.MatchCast):
+            for dimension in relax.analysis.definable_tir_vars_in_type(binding.ty):
+                defined_at.setdefault(dimension, index)
+    needs = []
+    for index, binding in enumerate(bindings):
+        used = (list(relax.analysis.free_vars(binding.value)) + list(relax.analysis.free_symbolic_vars(binding.value))
+                + list(relax.analysis.tir_vars_in_type(binding.var.ty)))
+        needs.append({defined_at[var] for var in used if var in defined_at and defined_at[var] != index})
+    placed, order = set(), []
+    while len(order) < len(bindings):
+        index = next((i for i in range(len(bindings)) if i not in placed and needs[i] <= placed), None)
+        if index is None:  # a fused group both defines and uses a dimension: nothing to gain by moving
+            return bindings
+        placed.add(index)
+        order.append(index)
+    return [bindings[index] for index in order]

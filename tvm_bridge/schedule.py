@@ -1,0 +1,688 @@
+"""egad's CPU schedules: the Relax pipeline for llvm targets and the rules that
+schedule its PrimFuncs.
+
+TVM's stock CPU build leaves every PrimFunc as legalization wrote it, one serial
+scalar loop nest per op (a 32x512x1024 matmul runs ~150x slower than numpy, DESIGN §7).
+`relax_pipeline(target)` is TVM's cpu_generic pipeline with egad's fusion passes
+(tvm_bridge/fusion.py) and one pass added after FuseOps/FuseTIR, so that it sees the
+fused PrimFuncs. That pass tries the rules of `SCHEDULE_RULES` in order on each
+PrimFunc; each rule recognises its kind of function by looking at the blocks (their
+iterator kinds and the buffers they touch), never at the function's name:
+
+- `elementwise-parallel-vector`: only injective blocks. Inlined into one loop nest
+  per output; the inner loop vectorized when its extent is static and divides into
+  vectors (else left serial for LLVM's loop vectorizer, which handles tails), the
+  outer loops fused into one parallel loop.
+- `matmul-tiled-packed`: one contraction block C[b, i, j] += A[b, i, k] * B[b, k, j]
+  in any operand layout (transposed operands included), with injective producers and
+  elementwise epilogues around it. A rows x 2-vector register tile accumulates in a
+  local buffer over the depth; B's panel for each column tile is packed once into a
+  contiguous local buffer; parallel over column tiles; the epilogue runs in the tile's
+  write-back.
+- `reduction-parallel-spatial`: other reductions (sum/max/... over some axes) with
+  injective blocks around them. Parallel over the spatial part; when the reduction
+  runs over an outer axis, the contiguous spatial axis goes innermost, vectorized.
+
+A PrimFunc no rule recognises, or too small to gain anything, is left unscheduled
+(correct, slow). A rule that raises leaves its PrimFunc as it was and the build goes
+on; `RULE_COUNTS` counts what applied and what failed, and `RAISE_RULE_ERRORS = True`
+(the tests set it) re-raises instead. Every scheduled PrimFunc carries the attribute
+`egad.schedule_rule` with the rule name.
+
+Tails: a split that does not divide puts a predicate in the loop body. Vector loops
+are only made from static extents they divide; matmul tiles are chosen to divide the
+static sizes, and a remaining row tail (a prime or symbolic row count) costs about 2x
+on the matmul, because LLVM does not hoist the per-row condition out of the depth loop.
+
+Threads: TVM's pool is separate from OpenBLAS's; running both multi-threaded in one
+process oversubscribes the cores (benchmarks pin OpenBLAS to one thread). TVM's pool
+defaults to half the hardware threads, so on a 2-core machine `parallel` loops run
+on one thread unless TVM_NUM_THREADS says otherwise.
+"""
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass
+from typing import Callable
+
+import tvm
+from tvm import s_tir, tirx
+from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
+from tvm.s_tir.dlight.analysis import SBlockInfo, get_sblock_info, normalize_prim_func
+from tvm.target.codegen import llvm_get_system_cpu, target_has_features
+from tvm.tirx.analysis import undefined_vars
+
+from . import fusion
+
+RULE_COUNTS: collections.Counter[str] = collections.Counter()
+RAISE_RULE_ERRORS = False
+
+# Below this many loop iterations in a whole PrimFunc, scheduling it costs build time
+# (mostly shape and index arithmetic on a few elements) and gains nothing at run time.
+MIN_ITERATIONS_TO_SCHEDULE = 256
+# Below this many loop iterations a parallel launch costs more than it saves.
+PARALLEL_MIN_ITERATIONS = 1 << 14
+# Register tile of the matmul micro-kernel: rows x (vectors per row) accumulators,
+# at most 8 x 2 of the 16 vector registers of AVX2 (the rest hold B and broadcast A).
+# Row tiles by preference; 4 x 2 measured as fast as 6 x 2 on 32x512x1024.
+MATMUL_ROW_TILES = (4, 6, 5, 7, 3, 8)
+MATMUL_VECTORS_PER_TILE = 2
+# Reduction depth per packed B panel: keeps the panel (depth x tile columns) in L1/L2.
+MATMUL_MAX_DEPTH_PER_PANEL = 512
+# Packing B costs one pass over B; it pays off once enough rows reuse each panel.
+MATMUL_MIN_ROWS_TO_PACK = 8
+
+
+@dataclass(frozen=True)
+class ScheduleRule:
+    """One kind of PrimFunc and how to schedule it. `apply(sch, lanes_of)` returns
+    False, before changing anything, when the function is not of its kind."""
+    name: str
+    apply: Callable[[s_tir.Schedule, "VectorLanes"], bool]
+
+
+# ---------------------------------------------------------------- the pipeline
+
+def cpu_target(target):
+    """`target` with the host CPU filled in when it names a plain llvm target: without
+    an mcpu LLVM emits baseline x86-64 (SSE2), which forfeits most of the vector work.
+    Example: `cpu_target("llvm")` -> Target({"kind": "llvm", "mcpu": "znver3"})."""
+    resolved = _as_target(target)
+    if resolved.kind.name != "llvm" or "mcpu" in resolved.attrs:
+        return target
+    attrs = {key: resolved.attrs[key] for key in resolved.attrs}
+    return tvm.target.Target({"kind": "llvm", **attrs, "mcpu": llvm_get_system_cpu()})
+
+
+def relax_pipeline(target) -> tvm.transform.Pass | None:
+    """The Relax pipeline egad builds with for `target`: cpu_generic's default pipeline
+    plus `schedule_prim_funcs` after fusion for llvm, None (TVM's default) otherwise.
+    Example: `tvm.compile(mod, target, relax_pipeline=relax_pipeline(target) or "default")`."""
+    resolved = _as_target(target)
+    if resolved.kind.name != "llvm":
+        return None
+
+    @tvm.transform.module_pass(opt_level=0, name="egad.CPUPipeline")
+    def pipeline(mod: tvm.IRModule, _context) -> tvm.IRModule:
+        with resolved:
+            passes = (fusion.fusion_passes(resolved)
+                      + [schedule_prim_funcs(resolved)]
+                      + cpu_generic.dataflow_lower_passes(resolved)
+                      + cpu_generic.finalize_passes(resolved))
+            return tvm.transform.Sequential(passes)(mod)
+
+    return pipeline
+
+
+def schedule_prim_funcs(target) -> tvm.transform.Pass:
+    """A module pass scheduling every PrimFunc with the first rule of SCHEDULE_RULES
+    that recognises it."""
+    lanes_of = VectorLanes(_vector_bits(_as_target(target)))
+
+    @tvm.transform.module_pass(opt_level=0, name="egad.ScheduleForCPU")
+    def schedule(mod: tvm.IRModule, _context) -> tvm.IRModule:
+        scheduled = {}
+        for global_var, func in mod.functions_items():
+            if isinstance(func, tirx.PrimFunc) and not _is_scheduled(func):
+                new_func = schedule_prim_func(func, lanes_of)
+                if new_func is not None:
+                    scheduled[global_var] = new_func
+        for global_var, func in scheduled.items():
+            mod[global_var] = func
+        return mod
+
+    return schedule
+
+
+def schedule_prim_func(func: tirx.PrimFunc, lanes_of: "VectorLanes") -> tirx.PrimFunc | None:
+    """`func` scheduled by the first rule that recognises it; None when none does, when
+    it is too small to gain anything, or when the rule that did raised (all counted
+    in RULE_COUNTS)."""
+    iterations = iteration_count(func.body)
+    if iterations is not None and iterations < MIN_ITERATIONS_TO_SCHEDULE:
+        RULE_COUNTS["too-small"] += 1
+        return None
+    for rule in SCHEDULE_RULES:
+        sch = s_tir.Schedule(func)
+        try:
+            applied = rule.apply(sch, lanes_of)
+        except Exception:  # a failed schedule must not fail the build: keep the loop nest as it was
+            RULE_COUNTS[f"failed:{rule.name}"] += 1
+            if RAISE_RULE_ERRORS:
+                raise
+            return None
+        if applied:
+            RULE_COUNTS[rule.name] += 1
+            return sch.mod["main"].with_attrs({"tirx.is_scheduled": True, "egad.schedule_rule": rule.name})
+    RULE_COUNTS["unrecognised"] += 1
+    return None
+
+
+def iteration_count(stmt) -> int | None:
+    """How many times the innermost statements of a TIR body run, summed over its loop
+    nests; None when a loop extent is symbolic."""
+    if isinstance(stmt, tirx.For):
+        inner = iteration_count(stmt.body)
+        if inner is None or not isinstance(stmt.extent, tirx.IntImm):
+            return None
+        return int(stmt.extent) * inner
+    if isinstance(stmt, tirx.SeqStmt):
+        counts = [iteration_count(child) for child in stmt.seq]
+        return None if None in counts else sum(counts)
+    if isinstance(stmt, tirx.IfThenElse):
+        counts = [iteration_count(branch) for branch in (stmt.then_case, stmt.else_case) if branch is not None]
+        return None if None in counts else max(counts)
+    if isinstance(stmt, s_tir.SBlockRealize):
+        return iteration_count(stmt.block)
+    body = getattr(stmt, "body", None)
+    return iteration_count(body) if isinstance(body, tirx.Stmt) else 1
+
+
+# ---------------------------------------------------------------- rule: matmul
+
+@dataclass
+class MatmulAxes:
+    """The iterators of a contraction block by role: `batch` in all three buffers (or
+    of extent 1), `rows` in the output and one operand, `columns` in the output and
+    the other operand (the one holding the output's innermost axis), `depth` reduced."""
+    batch: list
+    rows: list
+    columns: list
+    depth: list
+    columns_operand: int  # read index of the operand holding the column axes
+    batch_of_columns_operand: list
+
+    def loops(self, sch, block) -> dict:
+        """The loop of each role's iterators, looked up afresh (inlining invalidates
+        earlier loop handles)."""
+        loop_of = {iter_info.var: iter_info.loop_rv for iter_info in get_sblock_info(sch, block).iters}
+        return {role: [loop_of[var] for var in getattr(self, role)] for role in ("batch", "rows", "columns", "depth")}
+
+
+def schedule_matmul(sch: s_tir.Schedule, lanes_of: "VectorLanes") -> bool:
+    """C[b, i, j] += A[b, i, k] * B[b, k, j]: tile, pack B, vectorize j, parallel."""
+    blocks = normalize_prim_func(sch)
+    if blocks is None or any("O" in info.dom_kind() for info in blocks):
+        return False
+    reductions = [info for info in blocks if not _is_injective_block(sch, info.block_rv)]
+    if len(reductions) != 1:
+        return False
+    main = reductions[0]
+    axes = matmul_axes(sch, main)
+    if axes is None:
+        return False
+    _inline_layout_producers(sch, main.block_rv)
+    _inline_epilogue_chain(sch, main.block_rv)
+    others = [block for block in _blocks_at_root(sch) if not sch.get(block).same_as(sch.get(main.block_rv))]
+    output = sch.get(main.block_rv).writes[0].source
+    tiles = _tile_matmul(sch, main.block_rv, axes, lanes_of(output.dtype))
+    for block in others:
+        if _reads_buffer(sch, block, output):
+            _schedule_epilogue(sch, block, tiles, lanes_of(output.dtype))
+        else:
+            _parallel_vectorize(sch, block, lanes_of)
+    sch.decompose_reduction(main.block_rv, tiles.first_depth_loop)
+    return True
+
+
+def matmul_axes(sch: s_tir.Schedule, info: SBlockInfo) -> MatmulAxes | None:
+    """The roles of a block's loops if it is a contraction of two operands read and
+    written at single points, else None."""
+    block = sch.get(info.block_rv)
+    if len(block.reads) != 2 or len(block.writes) != 1:
+        return None
+    read_vars = [_point_access_vars(region) for region in block.reads]
+    output_vars = _point_access_vars(block.writes[0])
+    if None in read_vars or output_vars is None:
+        return None
+    innermost = block.writes[0].region[-1].min
+    columns_operand = 0 if innermost in read_vars[0] and innermost not in read_vars[1] else 1
+    columns_vars_set, rows_vars_set = read_vars[columns_operand], read_vars[1 - columns_operand]
+    axes = MatmulAxes([], [], [], [], columns_operand, [])
+    for iter_info in info.iters:
+        var = iter_info.var
+        in_rows, in_columns, in_output = var in rows_vars_set, var in columns_vars_set, var in output_vars
+        if _is_unit(iter_info.dom) or (iter_info.kind == "S" and in_rows and in_columns and in_output):
+            axes.batch.append(var)
+            if in_columns:
+                axes.batch_of_columns_operand.append(var)
+        elif iter_info.kind == "S" and in_rows and in_output and not in_columns:
+            axes.rows.append(var)
+        elif iter_info.kind == "S" and in_columns and in_output and not in_rows:
+            axes.columns.append(var)
+        elif iter_info.kind == "R" and in_rows and in_columns and not in_output:
+            axes.depth.append(var)
+        else:
+            return None
+    if not (axes.rows and axes.columns and axes.depth):
+        return None
+    return axes
+
+
+@dataclass
+class MatmulTiles:
+    outer: object  # the (batch x column tile) loop an epilogue can go under
+    first_depth_loop: object  # where the reduction's init goes
+    write_back: object  # the block copying register accumulators out, if any
+
+
+def _tile_matmul(sch, block, axes: MatmulAxes, lanes: int) -> MatmulTiles:
+    """Loops (batch x column tiles) [depth panels] row tiles, depth, rows, columns:
+    a rows x columns register tile accumulates over the depth; B's panel for a column
+    tile (and depth panel) is packed once and reused by every row tile."""
+    loops = axes.loops(sch, block)
+    sch.reorder(*loops["batch"], *loops["columns"], *loops["rows"], *loops["depth"])
+    columns, rows, depth = (_fuse(sch, loops[role]) for role in ("columns", "rows", "depth"))
+    batch = _fuse(sch, loops["batch"]) if loops["batch"] else None
+    column_count, row_count, depth_count = (_extent(sch, loop) for loop in (columns, rows, depth))
+
+    column_tile = _column_tile(column_count, lanes)
+    column_outer, column_inner = sch.split(columns, [None, column_tile])
+    row_outer, row_inner = sch.split(rows, [None, _row_tile(row_count)])
+    panel_depth = _panel_depth(depth_count)
+    if panel_depth is not None:
+        depth_outer, depth_inner = sch.split(depth, [None, panel_depth])
+        sch.reorder(column_outer, depth_outer, row_outer, depth_inner, row_inner, column_inner)
+    else:
+        depth_outer, depth_inner = None, depth
+        sch.reorder(column_outer, row_outer, depth_inner, row_inner, column_inner)
+    outer = sch.fuse(batch, column_outer) if batch is not None else column_outer
+
+    # Packing needs a static panel (a local buffer cannot have a symbolic size).
+    if column_count is not None and depth_count is not None and (row_count is None
+                                                                   or row_count >= MATMUL_MIN_ROWS_TO_PACK):
+        _pack_columns_operand(sch, block, axes, depth_outer if depth_outer is not None else outer)
+    write_back = None
+    if depth_outer is None:
+        write_back = _accumulate_locally(sch, block, row_outer, lanes)
+    _parallel_matmul(sch, outer, row_outer, column_count, column_tile, row_count, depth_count)
+    sch.unroll(row_inner)
+    sch.vectorize(column_inner)
+    return MatmulTiles(outer, depth_outer if depth_outer is not None else depth_inner, write_back)
+
+
+def _accumulate_locally(sch, block, row_outer, lanes: int):
+    """Accumulate a register tile in a local buffer written back after the depth loop.
+    LLVM keeps a local tile in registers even when a row tail puts the updates under
+    a condition, which it cannot do for the output buffer itself."""
+    write_back = sch.cache_write(block, 0, "local")
+    sch.reverse_compute_at(write_back, row_outer, preserve_unit_loops=True)
+    _vectorize_innermost(sch, write_back, lanes)
+    return write_back
+
+
+def _schedule_epilogue(sch, block, tiles: MatmulTiles, lanes: int):
+    """An elementwise epilogue runs in the write-back of each register tile when it
+    inlines there, else per column tile after the depth loop."""
+    if tiles.write_back is not None and _try(sch.reverse_compute_inline, block):
+        return
+    sch.reverse_compute_at(block, tiles.outer, preserve_unit_loops=True)
+    _vectorize_innermost(sch, block, lanes)
+
+
+def _row_tile(row_count: int | None) -> int:
+    """Rows per register tile: all of a few rows, else one of MATMUL_ROW_TILES that
+    divides the row count (a tail would put every update under a condition)."""
+    if row_count is not None and row_count <= max(MATMUL_ROW_TILES):
+        return row_count
+    for tile in MATMUL_ROW_TILES:
+        if row_count is not None and row_count % tile == 0:
+            return tile
+    return MATMUL_ROW_TILES[0]
+
+
+def _column_tile(column_count: int | None, lanes: int) -> int:
+    """Columns per register tile: MATMUL_VECTORS_PER_TILE vectors, the whole of a
+    narrow output, or one vector when that divides the columns and two do not (a
+    predicate on the vector lanes makes TVM scalarize the tile)."""
+    preferred = lanes * MATMUL_VECTORS_PER_TILE
+    if column_count is None:
+        return preferred
+    if column_count <= preferred:
+        return column_count
+    for tile in (preferred, lanes):
+        if column_count % tile == 0:
+            return tile
+    return preferred
+
+
+def _panel_depth(depth_count: int | None) -> int | None:
+    """Depth of one packed panel: a divisor of a long static depth (a split that does
+    not divide would put a predicate in the reduction), None for no split."""
+    if depth_count is None or depth_count <= MATMUL_MAX_DEPTH_PER_PANEL:
+        return None
+    for panel in range(MATMUL_MAX_DEPTH_PER_PANEL, 63, -1):
+        if depth_count % panel == 0:
+            return panel
+    return None
+
+
+def _pack_columns_operand(sch, block, axes: MatmulAxes, at_loop):
+    """Copy the B panel of each tile into a local [batch, depth, columns] buffer, so
+    the micro-kernel reads it with unit stride whatever B's layout (transposed B
+    included) and without the cache-set conflicts of B's long row stride."""
+    order = axes.batch_of_columns_operand + axes.depth + axes.columns
+    block_vars = [iter_var.var for iter_var in sch.get(block).iter_vars]
+    index_map = tirx.IndexMap(block_vars, order, None)
+    pack = sch.reindex_cache_read(block, axes.columns_operand, "local", index_map)
+    sch.compute_at(pack, at_loop, preserve_unit_loops=True)
+    _read_contiguously(sch, pack)
+
+
+def _read_contiguously(sch, pack):
+    """Order a pack block's loops so the innermost walks the source's innermost axis;
+    vectorize it when the packed buffer is contiguous along it too."""
+    pack_block = sch.get(pack)
+    count = len(pack_block.iter_vars)
+    loops = sch.get_loops(pack)[-count:]
+    source_innermost = pack_block.reads[0].region[-1].min
+    target_innermost = pack_block.writes[0].region[-1].min
+    bound = _loop_bound_to(sch, pack, loops, source_innermost)
+    if bound is None:
+        return
+    sch.reorder(*[loop for loop in loops if not loop.same_as(bound)], bound)
+    if _loop_bound_to(sch, pack, [bound], target_innermost) is not None and _extent(sch, bound) is not None:
+        sch.vectorize(bound)
+
+
+def _parallel_matmul(sch, outer, row_outer, column_count, column_tile, row_count, depth_count):
+    """Parallel over column tiles when there are several, else over row tiles."""
+    work = _product([column_count, row_count, depth_count])
+    if work is not None and work < PARALLEL_MIN_ITERATIONS:
+        return
+    outer_count = _extent(sch, outer)
+    if outer_count is None or outer_count >= 4:
+        sch.parallel(outer)
+    elif (_extent(sch, row_outer) or 2) >= 2:
+        sch.parallel(row_outer)
+
+
+def _inline_layout_producers(sch, block):
+    """Inline producers that only move data (transpose, reshape, broadcast) into the
+    contraction: the pack then does the transposing. Producers that compute stay
+    separate, since the contraction reads each input element many times."""
+    for producer in sch.get_producers(block):
+        if _is_data_movement(sch.get(producer)):
+            _try(sch.compute_inline, producer)
+
+
+def _inline_epilogue_chain(sch, block):
+    """Inline the elementwise epilogue (bias add, activation) into one block per output."""
+    blocks = _blocks_at_root(sch)
+    position = next(index for index, other in enumerate(blocks) if sch.get(other).same_as(sch.get(block)))
+    _inline_injective(sch, [other for other in blocks[position + 1:] if _is_injective_block(sch, other)])
+
+
+# ---------------------------------------------------------------- rule: reduction
+
+def schedule_reduction(sch: s_tir.Schedule, lanes_of: "VectorLanes") -> bool:
+    """Reductions with injective blocks around them: each remaining loop nest
+    parallel over its spatial part."""
+    blocks = normalize_prim_func(sch)
+    if blocks is None or any("O" in info.dom_kind() for info in blocks):
+        return False
+    injective = [info.block_rv for info in blocks if _is_injective_block(sch, info.block_rv)]
+    if len(injective) == len(blocks):
+        return False
+    _inline_injective(sch, injective)
+    for block in _blocks_at_root(sch):
+        if _is_injective_block(sch, block):
+            _parallel_vectorize(sch, block, lanes_of)
+        else:
+            _schedule_reduction_block(sch, block, lanes_of)
+    return True
+
+
+def _schedule_reduction_block(sch, block, lanes_of):
+    """Spatial loops outside, reduction loops inside. When the input's innermost axis
+    is spatial (a sum over rows), that axis goes innermost, below the reduction, and
+    is vectorized: each vector lane accumulates its own column."""
+    info = get_sblock_info(sch, block)
+    spatial = [iter_info for iter_info in info.iters if iter_info.kind == "S"]
+    reduced = [iter_info for iter_info in info.iters if iter_info.kind == "R"]
+    if not reduced:  # normalize_prim_func dropped a unit reduction axis: nothing to decompose
+        _parallel_vectorize(sch, block, lanes_of)
+        return
+    vector_axis = _contiguous_spatial_axis(sch, block, spatial)
+    lanes = lanes_of(sch.get(block).writes[0].source.dtype)
+    outer_spatial = [it.loop_rv for it in spatial if it is not vector_axis]
+    reduced_loops = [it.loop_rv for it in reduced]
+    if vector_axis is not None and vector_axis.dom >= 2:
+        vector_outer, vector_inner = sch.split(vector_axis.loop_rv, [None, _vector_width(vector_axis.dom, lanes)])
+        sch.reorder(*outer_spatial, vector_outer, *reduced_loops, vector_inner)
+        outer_spatial.append(vector_outer)
+        sch.vectorize(vector_inner)
+    else:
+        sch.reorder(*outer_spatial, *reduced_loops)
+    if outer_spatial:
+        fused = _fuse(sch, outer_spatial)
+        if _worth_parallel(_product([it.dom for it in info.iters])):
+            sch.parallel(fused)
+    sch.decompose_reduction(block, reduced_loops[0])
+
+
+def _contiguous_spatial_axis(sch, block, spatial):
+    """The spatial iterator indexing the innermost axis of the block's largest input,
+    if that axis is static."""
+    reads = [region for region in sch.get(block).reads if len(region.region) > 0]
+    if not reads:
+        return None
+    largest = max(reads, key=lambda region: len(region.region))
+    innermost = largest.region[-1].min
+    for iter_info in spatial:
+        if innermost.same_as(iter_info.var) and isinstance(iter_info.dom, int):
+            return iter_info
+    return None
+
+
+# ---------------------------------------------------------------- rule: elementwise
+
+def schedule_elementwise(sch: s_tir.Schedule, lanes_of: "VectorLanes") -> bool:
+    """Only injective blocks: inline into one loop nest per output, then parallel
+    outer loops and a vectorized inner loop."""
+    blocks = normalize_prim_func(sch)
+    if not blocks or not all(_is_injective_block(sch, info.block_rv) for info in blocks):
+        return False
+    _inline_injective(sch, [info.block_rv for info in blocks])
+    for block in _blocks_at_root(sch):
+        _parallel_vectorize(sch, block, lanes_of)
+    return True
+
+
+# The kinds exclude each other (only injective blocks / one contraction / other
+# reductions); the commonest, elementwise, goes first because each try analyses the
+# function afresh.
+SCHEDULE_RULES = (
+    ScheduleRule("elementwise-parallel-vector", schedule_elementwise),
+    ScheduleRule("matmul-tiled-packed", schedule_matmul),
+    ScheduleRule("reduction-parallel-spatial", schedule_reduction),
+)
+
+
+# ---------------------------------------------------------------- shared helpers
+
+class VectorLanes:
+    """How many elements of a dtype fill one vector register of the target."""
+
+    def __init__(self, vector_bits: int):
+        self.vector_bits = vector_bits
+
+    def __call__(self, dtype) -> int:
+        bits = tvm.DataType(str(dtype)).bits
+        return max(self.vector_bits // max(bits, 8), 1)
+
+
+def _parallel_vectorize(sch, block, lanes_of: VectorLanes):
+    """Fuse a loop nest's outer loops into one parallel loop and vectorize the inner."""
+    loops = sch.get_loops(block)
+    if not loops:
+        return
+    dtype = sch.get(block).writes[0].source.dtype
+    iterations = _product([_extent(sch, loop) for loop in loops])
+    inner = _vectorize_innermost(sch, block, lanes_of(dtype))
+    loops = sch.get_loops(block)
+    # the innermost loop stays innermost: vectorized, or serial for LLVM's loop vectorizer
+    outer_loops = loops[:-1] if len(loops) > 1 else ([] if inner is not None else loops)
+    if outer_loops and _worth_parallel(iterations):
+        sch.parallel(_fuse(sch, outer_loops))
+
+
+def _vectorize_innermost(sch, block, lanes: int):
+    """Vectorize the innermost loop of `block` when its extent is static: whole if
+    short, else in vectors that divide it (no tail predicate). A symbolic extent is
+    left to LLVM's loop vectorizer, which handles the tail. Returns the vector loop."""
+    if tvm.DataType(str(sch.get(block).writes[0].source.dtype)).bits < 8:
+        return None  # bool vectors have no byte-addressable layout in memory
+    inner = sch.get_loops(block)[-1]
+    extent = _extent(sch, inner)
+    if extent is None or extent < 2:
+        return None
+    width = _vector_width(extent, lanes)
+    if width < 2:
+        return None
+    if width < extent:
+        inner = sch.split(inner, [None, width])[1]
+    sch.vectorize(inner)
+    return inner
+
+
+def _vector_width(extent: int, lanes: int) -> int:
+    """Elements per vector loop for a static extent: all of a short loop, else the
+    largest divisor not above `lanes`."""
+    if extent <= lanes:
+        return extent
+    for width in range(lanes, 1, -1):
+        if extent % width == 0:
+            return width
+    return 1
+
+
+def _worth_parallel(iterations: int | None) -> bool:
+    return iterations is None or iterations >= PARALLEL_MIN_ITERATIONS
+
+
+def _blocks_at_root(sch) -> list:
+    """The blocks of the root scope in program order (each in its own loop nest while
+    nothing has been computed at another block's loops)."""
+    return list(sch.get_child_blocks(sch.get_sblock("root"))) if _has_root(sch) else []
+
+
+def _has_root(sch) -> bool:
+    try:
+        sch.get_sblock("root")
+    except Exception:  # a PrimFunc without the implicit root block
+        return False
+    return True
+
+
+def _is_injective_block(sch, block) -> bool:
+    """Only spatial iterators and no init. (normalize_prim_func drops unit iterators,
+    so its SBlockInfo calls a reduction over an axis of extent 1 injective.)"""
+    statement = sch.get(block)
+    return statement.init is None and all(iter_var.iter_type == tirx.IterVar.DataPar
+                                          for iter_var in statement.iter_vars)
+
+
+def _inline_injective(sch, blocks) -> None:
+    """Inline injective blocks into their consumers, or else into an injective
+    producer, until nothing more inlines. Never into a reduction: TVM's
+    reverse_compute_inline into a block with an init (a unit-extent reduction)
+    applies the consumer to the init as well."""
+    remaining = list(blocks)
+    progress = True
+    while progress:
+        progress = False
+        for block in remaining:
+            inlined = _try(sch.compute_inline, block) or (
+                all(_is_injective_block(sch, producer) for producer in sch.get_producers(block))
+                and _try(sch.reverse_compute_inline, block))
+            if inlined:
+                remaining.remove(block)
+                progress = True
+                break
+
+
+def _reads_buffer(sch, block, buffer) -> bool:
+    return any(region.source.same_as(buffer) for region in sch.get(block).reads)
+
+
+def _is_data_movement(block) -> bool:
+    """A block whose body stores a value loaded from one buffer, unchanged."""
+    body = block.body
+    return (isinstance(body, tirx.BufferStore) and isinstance(body.value, tirx.BufferLoad)
+            and block.init is None)
+
+
+def _point_access_vars(region) -> set | None:
+    """The iterator variables a buffer access uses, if it touches a single point."""
+    used = set()
+    for axis in region.region:
+        if not (isinstance(axis.extent, tirx.IntImm) and axis.extent.value == 1):
+            return None
+        used |= set(undefined_vars(axis.min))
+    return used
+
+
+def _loop_bound_to(sch, block, loops, expression):
+    """The loop among `loops` whose variable drives `expression` in `block`'s binding."""
+    realize = _sblock_realize(sch, block)
+    targets = set(undefined_vars(expression))
+    for loop in loops:
+        loop_var = sch.get(loop).loop_var
+        for iter_var, value in zip(realize.block.iter_vars, realize.iter_values):
+            if iter_var.var in targets and loop_var in set(undefined_vars(value)):
+                return loop
+    return None
+
+
+def _sblock_realize(sch, block):
+    from tvm.s_tir.dlight.analysis.common_analysis import get_sblockrealize
+
+    return get_sblockrealize(sch, block)
+
+
+def _is_unit(extent) -> bool:
+    return isinstance(extent, int) and extent == 1
+
+
+def _fuse(sch, loops):
+    return loops[0] if len(loops) == 1 else sch.fuse(*loops)
+
+
+def _extent(sch, loop) -> int | None:
+    extent = sch.get(loop).extent
+    return int(extent) if isinstance(extent, tirx.IntImm) else None
+
+
+def _product(extents) -> int | None:
+    total = 1
+    for extent in extents:
+        if not isinstance(extent, int):
+            return None
+        total *= extent
+    return total
+
+
+def _try(primitive, *args) -> bool:
+    try:
+        primitive(*args)
+    except Exception:  # a primitive's preconditions are cheapest checked by trying it
+        return False
+    return True
+
+
+def _is_scheduled(func: tirx.PrimFunc) -> bool:
+    return func.attrs is not None and bool(func.attrs.get("tirx.is_scheduled", False))
+
+
+def _vector_bits(target) -> int:
+    with target:
+        if target_has_features("avx512f"):
+            return 512
+        if target_has_features("avx2") or target_has_features("avx"):
+            return 256
+    return 128
+
+
+def _as_target(target) -> tvm.target.Target:
+    return target if isinstance(target, tvm.target.Target) else tvm.target.Target(target)
