@@ -36,3 +36,4 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.loop_driver
 	$(BIN)/python -m benchmarks.memory
 	$(BIN)/python -m benchmarks.compile_time
+	$(BIN)/python -m benchmarks.cpu_kernels
