@@ -161,7 +161,7 @@ def _to_numpy(results, arguments) -> list[np.ndarray]:
 
 def _compile(module, target: ResolvedTarget):
     try:
-        return tvm.compile(module, target=schedule.cpu_target(target.tvm_target),
+        return tvm.compile(module, target=target.tvm_target,  # llvm targets name the host CPU (targets.resolve)
                            relax_pipeline=schedule.relax_pipeline(target.tvm_target) or "default")
     except tvm.error.InternalError as error:
         if target.kind == "webgpu" and "i64" in str(error):

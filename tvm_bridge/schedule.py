@@ -49,7 +49,7 @@ import tvm
 from tvm import s_tir, tirx
 from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
 from tvm.s_tir.dlight.analysis import SBlockInfo, get_sblock_info, normalize_prim_func
-from tvm.target.codegen import llvm_get_system_cpu, target_has_features
+from tvm.target.codegen import target_has_features
 from tvm.tirx.analysis import undefined_vars
 
 from . import fusion
@@ -82,17 +82,6 @@ class ScheduleRule:
 
 
 # ---------------------------------------------------------------- the pipeline
-
-def cpu_target(target):
-    """`target` with the host CPU filled in when it names a plain llvm target: without
-    an mcpu LLVM emits baseline x86-64 (SSE2), which forfeits most of the vector work.
-    Example: `cpu_target("llvm")` -> Target({"kind": "llvm", "mcpu": "znver3"})."""
-    resolved = _as_target(target)
-    if resolved.kind.name != "llvm" or "mcpu" in resolved.attrs:
-        return target
-    attrs = {key: resolved.attrs[key] for key in resolved.attrs}
-    return tvm.target.Target({"kind": "llvm", **attrs, "mcpu": llvm_get_system_cpu()})
-
 
 def relax_pipeline(target) -> tvm.transform.Pass | None:
     """The Relax pipeline egad builds with for `target`: cpu_generic's default pipeline

@@ -16,6 +16,7 @@ import egad.nn as enn
 import egad.numpy as enp
 from egad.tvm_bridge import build, lower, schedule
 from egad.tvm_bridge.cache import BuildCache
+from egad.tvm_bridge.targets import resolve
 from tests.trees import assert_trees_close
 
 RNG = np.random.default_rng(0)
@@ -45,7 +46,7 @@ def check_against_interpreter(fn, *args, specs=None, calls=None):
 
 def scheduled_prim_funcs(fn, *args) -> dict:
     """The PrimFuncs of `fn`'s module after egad's Relax pipeline, by name."""
-    target = schedule.cpu_target("llvm")
+    target = resolve("llvm").tvm_target
     with tvm.target.Target(target):
         module = schedule.relax_pipeline(target)(lower(egad.trace(fn, *args)))
     return {gv.name_hint: func for gv, func in module.functions_items() if isinstance(func, tirx.PrimFunc)}
@@ -219,4 +220,4 @@ def test_a_rule_that_raises_leaves_its_function_unscheduled_and_the_build_correc
 def test_only_llvm_targets_get_the_cpu_pipeline():
     assert schedule.relax_pipeline("llvm") is not None
     assert schedule.relax_pipeline({"kind": "cuda"}) is None
-    assert "mcpu" in schedule.cpu_target("llvm").attrs
+    assert "mcpu" in resolve("llvm").tvm_target.attrs
