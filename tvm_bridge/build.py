@@ -71,12 +71,12 @@ _ALIGNMENT = 64  # TVM kernels assume 64-byte aligned buffers; others are copied
 class _Leaves:
     """A call's argument leaves on their way to the VM without needless copies.
 
-    TVM tensors already on the device pass through; numpy arrays that are C-contiguous
-    and 64-byte aligned are shared through DLPack (the VM only reads its arguments);
-    others are copied into an aligned staging buffer and shared from there. Other DLPack arrays (torch, cupy, jax) are read through
-    numpy: zero-copy for CPU memory, a copy from device memory. `for_checking` holds
-    what `_flatten_arguments` checks: for a TVM tensor, a memory-free numpy stand-in of
-    its shape and dtype."""
+    TVM tensors already on the device pass through; numpy arrays that are 64-byte
+    aligned are shared through DLPack (the VM only reads its arguments); others are
+    copied into an aligned staging buffer and shared from there. Other DLPack arrays
+    (torch, cupy, jax) are read through numpy: zero-copy for CPU memory, a copy from
+    device memory. `for_checking` holds what `_flatten_arguments` checks: for a TVM
+    tensor, a memory-free numpy stand-in of its shape and dtype."""
 
     def __init__(self, args: tuple, trees, staging: "_Staging"):
         self.staging = staging
@@ -102,7 +102,7 @@ class _Leaves:
                 return passed
             value = np.asarray(passed.numpy(), dtype=value.dtype)
         value = np.asarray(value, order="C")
-        if not (_on_cpu(device) and value.size):  # scalars and empty arrays: nothing worth sharing
+        if not (_on_cpu(device) and value.size):  # device memory, or an empty array (unaligned pointer)
             return tvm.runtime.tensor(value, device)
         if value.ctypes.data % _ALIGNMENT:
             value = self.staging.aligned_copy(k, value)
