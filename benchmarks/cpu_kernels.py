@@ -35,9 +35,10 @@ import tvm  # noqa: E402
 from tvm import relax  # noqa: E402
 
 import egad  # noqa: E402
-import egad.nn as enn  # noqa: E402
 import egad.numpy as enp  # noqa: E402
 from egad.tvm_bridge import build  # noqa: E402
+
+from . import lstm  # noqa: E402
 
 RESULTS = pathlib.Path(__file__).parent / "results"
 M, K, N = 32, 512, 1024
@@ -48,15 +49,8 @@ ROUNDS = 7  # medians over rounds; each round times a batch of calls of each sid
 
 
 def lstm_cell_loss(Wx, Wh, b, x, h, c):
-    """One LSTM step and a scalar of its outputs: sum(h' * h' + c')."""
-    hidden = h.shape[1]
-    gates = x @ Wx + h @ Wh + b
-    i = enn.sigmoid(gates[:, :hidden])
-    f = enn.sigmoid(gates[:, hidden:2 * hidden])
-    g = enp.tanh(gates[:, 2 * hidden:3 * hidden])
-    o = enn.sigmoid(gates[:, 3 * hidden:])
-    c_next = f * c + i * g
-    h_next = o * enp.tanh(c_next)
+    """One LSTM step (benchmarks/lstm.py's cell) and a scalar of its outputs: sum(h' * h' + c')."""
+    h_next, c_next = lstm.cell(Wx, Wh, b, x, h, c)
     return enp.sum(h_next * h_next + c_next)
 
 

@@ -19,12 +19,13 @@ WRT = (0, 1, 2)  # gradients with respect to Wx, Wh, b
 
 
 def cell(Wx, Wh, b, x, h, c):
-    """One LSTM step: (h, c) -> (h', c')."""
+    """One LSTM step: (h, c) -> (h', c'), for any hidden size (read off h)."""
+    hidden = h.shape[1]
     z = x @ Wx + h @ Wh + b
-    i = enn.sigmoid(z[:, :H])
-    f = enn.sigmoid(z[:, H : 2 * H])
-    g = enp.tanh(z[:, 2 * H : 3 * H])
-    o = enn.sigmoid(z[:, 3 * H :])
+    i = enn.sigmoid(z[:, :hidden])
+    f = enn.sigmoid(z[:, hidden : 2 * hidden])
+    g = enp.tanh(z[:, 2 * hidden : 3 * hidden])
+    o = enn.sigmoid(z[:, 3 * hidden :])
     c = f * c + i * g
     return o * enp.tanh(c), c
 
