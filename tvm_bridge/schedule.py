@@ -260,6 +260,14 @@ def _tile_matmul(sch, block, axes: MatmulAxes, lanes: int) -> MatmulTiles:
     a rows x columns register tile accumulates over the depth; B's panel for a column
     tile (and depth panel) is packed once and reused by every row tile."""
     loops = axes.loops(sch, block)
+    # A tile that straddles two values of an outer row (or column) loop is wrong: the
+    # local accumulator is compacted to each tile's region, and the write-back of a
+    # straddling tile covers the whole outer slice, so it writes rows of the next
+    # tile that are not computed yet. Several row loops fuse into one only when the
+    # tile divides the innermost; otherwise the outer ones iterate like batch loops.
+    loops["rows"], outer_rows = _tileable(sch, loops["rows"], _row_tile)
+    loops["columns"], outer_columns = _tileable(sch, loops["columns"], lambda n: _column_tile(n, lanes))
+    loops["batch"] += outer_rows + outer_columns
     sch.reorder(*loops["batch"], *loops["columns"], *loops["rows"], *loops["depth"])
     columns, rows, depth = (_fuse(sch, loops[role]) for role in ("columns", "rows", "depth"))
     batch = _fuse(sch, loops["batch"]) if loops["batch"] else None
@@ -288,6 +296,20 @@ def _tile_matmul(sch, block, axes: MatmulAxes, lanes: int) -> MatmulTiles:
     sch.unroll(row_inner)
     sch.vectorize(column_inner)
     return MatmulTiles(outer, depth_outer if depth_outer is not None else depth_inner, write_back)
+
+
+def _tileable(sch, loops: list, tile_of) -> tuple[list, list]:
+    """(loops to fuse and tile, outer loops to iterate outside the tiles): all of
+    them when the tile of their fused extent divides the innermost one's extent or is
+    a multiple of it (no tile straddles), else only the innermost."""
+    if len(loops) <= 1:
+        return loops, []
+    inner = _extent(sch, loops[-1])
+    fused = _product([_extent(sch, loop) for loop in loops])
+    tile = tile_of(fused) if fused is not None else None
+    if inner is not None and tile is not None and (inner % tile == 0 or tile % inner == 0):
+        return loops, []
+    return loops[-1:], loops[:-1]
 
 
 def _accumulate_locally(sch, block, row_outer, lanes: int):

@@ -86,6 +86,11 @@ MATMULS = {
     "odd 33x70x37": (matmul, f32(33, 70), f32(70, 37)),
     "batched": (matmul, f32(3, 9, 17), f32(3, 17, 24)),
     "batch broadcast": (matmul, f32(3, 9, 17), f32(17, 24)),
+    # rows fused across the batch: a row tile must never straddle two batch entries
+    "batch broadcast, tile straddles": (matmul, f32(4, 6, 3), f32(3, 4)),
+    "batch broadcast, odd": (matmul, f32(5, 7, 16), f32(16, 8)),
+    "batch broadcast, whole slices per tile": (matmul, f32(8, 2, 16), f32(16, 8)),
+    "batch broadcast float64": (matmul, RNG.standard_normal((4, 6, 3)), RNG.standard_normal((3, 4))),
     "A^T @ B": (matmul_a_transposed, f32(64, 40), f32(64, 48)),
     "A @ B^T": (matmul_b_transposed, f32(40, 64), f32(48, 64)),
     "bias + tanh epilogue": (dense_tanh, f32(32, 64), f32(64, 128), f32(128)),
