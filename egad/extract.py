@@ -25,6 +25,15 @@ nothing out of scope is ever picked. An extraction holds one node per class; a c
 used in several contexts takes the node chosen for their intersection (the
 outermost use), which is valid for all of them, and users are re-read until stable.
 
+Tapes. Tapes are threaded linearly: each tape value is read by one op or loop, which
+pops what was pushed. A loop transformer can union a whole alternative loop with
+an old one that pops the same tapes (rules/batching.py, `batch-weight-gradient`),
+and choices are made class by class, so an extraction could take one output from
+each loop and pop every tape twice. So a tape read by two chosen nodes is resolved
+after extraction: extract again with each of those nodes banned in turn, keep the
+cheaper (at most `MAX_TAPE_CONFLICTS` times; no extraction without such a read is an
+error).
+
 Cost. Each entry is an op's `Work` (egad/cost_model.py), how often it runs (the trip
 guesses of the loops in its free regions and theirs, times the fraction of runs of an
 `if` that reach it), and its dispatches and tape bytes. Inside a loop a candidate
@@ -96,8 +105,41 @@ def extract(encoding: Encoding, snapshot: Snapshot, model: CostModel | None = No
 
         extraction = extract(encoding, Snapshot.of(encoding.egraph), CostModel.for_target("cuda"))
     """
-    extractor = _Extractor(encoding, snapshot, model or CostModel())
-    return extractor.extraction()
+    model = model or CostModel()
+    extractor = _Extractor(encoding, snapshot, model)
+    extraction = extractor.extraction()
+    banned: frozenset = frozenset()
+    for _ in range(MAX_TAPE_CONFLICTS):
+        readers = _tape_read_twice(extractor.types, extraction)
+        if readers is None:
+            return extraction
+        options = []
+        for node in readers:  # keep all but one of the nodes that read the tape
+            try:
+                option = _Extractor(encoding, snapshot, model, banned=banned | {node}, types=extractor.types)
+                chosen = option.extraction()
+            except EgadError:
+                continue
+            options.append((option.program_cost(chosen.roots).total, len(options), option, chosen, banned | {node}))
+        if not options:
+            break
+        _, _, extractor, extraction, banned = min(options)
+    raise EgadError("extraction reads one tape twice (two alternative loops that pop it) and no extraction "
+                    "without that was found")
+
+
+MAX_TAPE_CONFLICTS = 16  # re-extractions to keep tapes linear before giving up
+
+
+def _tape_read_twice(types: ClassTypes, extraction: Extraction) -> list[ENode] | None:
+    """The chosen nodes that read one tape value, where more than one does (tapes are
+    threaded linearly: a second reader would pop what the first popped); else None."""
+    readers: dict[ClassId, list[ENode]] = defaultdict(list)
+    for node in extraction.choice.values():
+        for child in local_inputs(node):
+            if isinstance(types.types.get(child), TapeType) and node not in readers[child]:
+                readers[child].append(node)
+    return next((nodes for nodes in readers.values() if len(nodes) > 1), None)
 
 
 def predicted_cost(encoding: Encoding, snapshot: Snapshot, extraction: Extraction,
@@ -167,13 +209,15 @@ class _Candidate:
 
 
 class _Extractor:
-    def __init__(self, encoding: Encoding, snapshot: Snapshot, model: CostModel, fixed=None):
+    def __init__(self, encoding: Encoding, snapshot: Snapshot, model: CostModel, fixed=None,
+                 banned: frozenset = frozenset(), types: ClassTypes | None = None):
         self.encoding = encoding
         self.snapshot = snapshot
         self.model = model
         self.target = model.target
-        self.types = ClassTypes(encoding, snapshot)
-        self.nodes = {cid: [n for n in members if n.head in TERM_HEADS and n in self.types.typed_nodes]
+        self.types = types if types is not None else ClassTypes(encoding, snapshot)
+        self.nodes = {cid: [n for n in members if n.head in TERM_HEADS and n in self.types.typed_nodes
+                            and n not in banned]
                       for cid, members in snapshot.nodes.items() if cid.sort == "Term"}
         if fixed is not None:  # price one given extraction
             self.nodes = {cid: [node] for cid, node in fixed.items()}
