@@ -13,13 +13,45 @@ is never the contracted axis and `X @ U` keeps it in front, so taking rows commu
 with the product (any index shape). The batched op computes rows the loop may never
 read (a loop that stops early): the cost model weighs that; only total functions are
 batched, so no unread row can raise. A take out of range raises in both forms.
+
+`batch-weight-gradient` (a loop transformer) does the same for the weight gradients of
+a reverse loop: `dW' = dW + h_t^T @ dz_t` per step becomes `dW0 + einsum('tki,tkj->ij',
+hs, dzs)` after a new loop that carries everything but dW and stacks h_t and dz_t as
+outputs (`ys`): one large contraction instead of a transpose, a matmul and an add per
+step, and a carried state fewer. The new loop is a copy of the old one (a region of its
+own: the classes that read the loop's Args, each through its earliest recorded node,
+with the Args renumbered); every output of the old loop is unioned with the new loop's
+(the kept state and ys with its Gets, each batched accumulator with `acc0 + contraction`),
+so an extraction can take all of them from the new loop.
+
+Assumes: a `for` loop (its `trip_dim` attribute set: the stacked outputs' first dim), an
+accumulator whose update is `add(Arg(acc), step)` (either order, same dtype) with the
+step a contraction of per-step values: a matmul of rank-2 operands (transposes
+peeled), an einsum, a reduce_sum, under reshapes; an operand that reads no Arg of the
+loop is not stacked. Nothing the new loop computes (the other state, the ys, the
+stacked operands) may read a batched accumulator: an accumulator read elsewhere stays
+in the loop, and the others are checked again. The body holds no control node and no
+tape allocation. Sums are reassociated (the rounding of float sums differs in the last
+bits); a loop that runs zero times gives `acc0 + 0` (a `-0.0` becomes `0.0`). Both loops
+pop the same tapes, so an extraction must take every output from one of them: the
+extractor keeps tapes linear (egad/extract.py).
 """
 from __future__ import annotations
+
+import dataclasses
+import string
 
 from egglog import i64, var, vars_
 
 from egad.egraph.analysis import invariant_in, rank_of
+from egad.egraph.attrs import NO_ATTRS, attrs_node
+from egad.egraph.encoding import RegionInfo
+from egad.egraph.enode import ClassId, ENode, children
 from egad.egraph.language import Term, op
+from egad.egraph.placement import CONTROL_HEADS
+from egad.errors import EgadError
+from egad.ir import ops
+from egad.ir.types import TensorType
 
 from .registry import family, rewrite
 
@@ -44,3 +76,307 @@ BATCHING.rewrites(
     *(rewrite(getattr(op, name)(op.take(table, index, axis=0))).to(
         op.take(getattr(op, name)(table), index, axis=0), invariant_in(table, loop))
       for name in _TOTAL_UNARY))
+
+
+# --- batch-weight-gradient: a loop transformer ------------------------------------------------
+
+_LETTERS = string.ascii_lowercase + string.ascii_uppercase
+_OP_HEADS = {1: "Op1", 2: "Op2", 3: "Op3"}
+MAX_RESHAPES = 4  # reshapes peeled off a step's contribution (AD writes one: the bias gradient's)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Contraction:
+    """A step's contribution to an accumulator, `reshape?(einsum(terms -> output, *leaves))`:
+    each leaf a class, each term its subscripts within one step."""
+
+    leaves: tuple[tuple[ClassId, str], ...]
+    output: str
+    reshape: tuple | None  # the contribution's shape, where the einsum's differs (keepdims, a reshape)
+
+
+@BATCHING.transformer("batch-weight-gradient",
+                      "acc' = acc + A_t^T @ B_t in a for loop = acc0 + einsum('tbi,tbj->ij', As, Bs) after it: "
+                      "one large contraction instead of a small matmul, a transpose and an add per step")
+def batch_weight_gradients(view) -> int:
+    snapshot = view.snapshot
+    outputs: dict[ClassId, dict[int, ClassId]] = {}  # loop class -> {output index: its Get class}
+    for cid, members in snapshot.nodes.items():
+        for node in members:
+            if node.head == "Get":
+                outputs.setdefault(node.args[0], {})[node.args[1]] = cid
+    batched, touched = 0, set()
+    for cid, members in snapshot.nodes.items():
+        for node in members:
+            gets = outputs.get(cid, {})
+            if node.head != "For" or not gets or touched & set(gets.values()) or _batched_already(view, gets):
+                continue
+            if _batch(view, node, gets):
+                touched.update(gets.values())
+                batched += 1
+    return batched
+
+
+def _batched_already(view, gets: dict[int, ClassId]) -> bool:
+    """The loop's outputs already hold this rule's nodes: it is an old loop or the new one."""
+    origins = view.editor.origins
+    return any(origins.get(n) is not None and origins[n].site == view.site
+               for get in gets.values() for n in view.snapshot.nodes[get])
+
+
+def _batch(view, loop: ENode, gets: dict[int, ClassId]) -> bool:
+    snapshot, types = view.snapshot, view.types
+    region, lo, hi, inits, results, attrs_class = loop.args
+    if view.attrs(attrs_class).get("trip_dim") is None:
+        return False  # stacked outputs need the trip count as a dim
+    n_state = len(inits)
+    invariant = view.facts.invariant.get(region, set())
+    plans: dict[int, tuple[_Contraction, bool]] = {}  # state k -> (its contraction, acc written first)
+    for k in range(n_state):
+        acc = snapshot.index.get(ENode("Arg", (region, 1 + k)))
+        acc_type = types.get(acc)
+        if acc is None or not isinstance(acc_type, TensorType) or not _same_type(types.get(results[k]), acc_type):
+            continue
+        for node in snapshot.nodes[results[k]]:
+            if node.head != "Op2" or node.args[0] != "add" or acc not in node.args[2:]:
+                continue
+            first, second = node.args[2:]
+            step = second if first == acc else first
+            step_type = types.get(step)
+            if step == acc or not isinstance(step_type, TensorType) or step_type.dtype != acc_type.dtype:
+                continue
+            plan = _contraction(view, step, invariant)
+            if plan is not None:
+                plans[k] = (plan, first == acc)
+                break
+    # the new loop computes everything but the batched accumulators: none of it may read them
+    while plans:
+        kept = [k for k in range(n_state) if k not in plans]
+        starts = [results[k] for k in kept] + list(results[n_state:]) + _stacked(plans, invariant)
+        walked = _body(view, region, starts, invariant)
+        if walked is None:
+            return False
+        body, reads = walked
+        unsafe = {k for k in plans if 1 + k in reads}
+        if not unsafe:
+            break
+        for k in unsafe:
+            del plans[k]
+    if not plans:
+        return False
+
+    encoding = view.encoding
+    new_region = max(encoding.regions) + 1
+    info = encoding.regions[region]
+    encoding.regions[new_region] = RegionInfo(info.op, info.names, info.parent)
+    renumbered = {0: 0, **{1 + k: 1 + j for j, k in enumerate(kept)}}
+
+    def record(cid: ClassId, node: ENode) -> ENode:  # a copy keeps the old node's source line and names
+        view.editor.record(node, view.site, like=cid)
+        return node
+
+    copies = _copy(body, lambda index: ENode("Arg", (new_region, renumbered[index])), record)
+
+    def copy(cid: ClassId):
+        return copies.get(cid, cid)
+
+    ys = list(results[n_state:])
+    stacked = [c for c in _stacked(plans, invariant) if c not in ys]  # a leaf the loop stacks already is reused
+    new_results = tuple(copy(results[k]) for k in kept) + tuple(copy(c) for c in results[n_state:]) + \
+        tuple(copy(c) for c in stacked)
+    new_loop = record(view.snapshot.index[loop], ENode("For", (new_region, lo, hi, tuple(inits[k] for k in kept),
+                                                                new_results, attrs_class)))
+    outputs = [ENode("Get", (new_loop, j)) for j in range(len(new_results))]
+    rows = {cid: outputs[len(kept) + j] for j, cid in enumerate(ys + stacked)}  # a per-step value -> its rows
+    for k, get in sorted(gets.items()):
+        if k >= n_state:
+            view.union(get, outputs[len(kept) + k - n_state])
+        elif k not in plans:
+            view.union(get, outputs[kept.index(k)])
+    for k, (plan, acc_first) in sorted(plans.items()):
+        if k in gets:  # an accumulator nothing reads is just dropped
+            total = _batched(view, plan, rows, invariant)
+            view.union(gets[k], ENode("Op2", ("add", NO_ATTRS, *((inits[k], total) if acc_first else
+                                                                  (total, inits[k])))))
+    return True
+
+
+def _same_type(a, b) -> bool:
+    return isinstance(a, TensorType) and isinstance(b, TensorType) and a.shape == b.shape and a.dtype == b.dtype
+
+
+def _stacked(plans, invariant) -> list[ClassId]:
+    """The per-step leaves of the contractions, each once: the new loop's extra ys."""
+    leaves: dict[ClassId, None] = {}
+    for plan, _ in plans.values():
+        leaves.update((leaf, None) for leaf, _ in plan.leaves if leaf not in invariant)
+    return list(leaves)
+
+
+def _contraction(view, cid: ClassId, invariant, reshapes: int = 0) -> _Contraction | None:
+    """`cid` as a contraction of per-step values (a matmul of rank-2 operands, their
+    transposes peeled; an einsum; a reduce_sum), under at most `MAX_RESHAPES` reshapes."""
+    types = view.types
+    for node in view.snapshot.nodes[cid]:
+        if not node.head.startswith("Op"):
+            continue
+        name = node.args[0]
+        inputs = list(node.args[2]) if node.head == "OpN" else list(node.args[2:])
+        if any(not isinstance(types.get(c), TensorType) for c in inputs):
+            continue
+        leaves, output = None, None
+        if name == "reshape" and len(inputs) == 1 and reshapes < MAX_RESHAPES:
+            inner = _contraction(view, inputs[0], invariant, reshapes + 1)
+            if inner is not None:
+                leaves, output = inner.leaves, inner.output
+        elif name == "matmul" and [types[c].ndim for c in inputs] == [2, 2]:
+            leaves, output = (_peel_transpose(view, inputs[0], "ik"), _peel_transpose(view, inputs[1], "kj")), "ij"
+        elif name == "einsum":
+            try:
+                terms, output = ops.parse_einsum(view.attrs(node.args[1])["spec"], [types[c].ndim for c in inputs])
+            except EgadError:
+                continue
+            leaves = tuple(zip(inputs, terms))
+        elif name == "reduce_sum" and len(inputs) == 1:
+            attrs = view.attrs(node.args[1])
+            letters = _LETTERS[:types[inputs[0]].ndim]
+            leaves = ((inputs[0], letters),)
+            output = "".join(c for a, c in enumerate(letters) if a not in attrs["axes"])
+        if leaves is None or all(leaf in invariant for leaf, _ in leaves):
+            continue  # not a contraction, or the same every step
+        if len(set("".join(term for _, term in leaves))) >= len(_LETTERS):
+            continue  # no letter left for the step axis
+        try:
+            (computed,) = ops.OPS["einsum"].shape_rule([types[leaf] for leaf, _ in leaves],
+                                                       {"spec": ",".join(t for _, t in leaves) + "->" + output})
+        except EgadError:
+            continue
+        shape = types[cid].shape
+        if computed.shape == shape:
+            return _Contraction(tuple(leaves), output, None)
+        if all(isinstance(d, int) for d in shape) and computed.is_static and computed.size() == types[cid].size():
+            return _Contraction(tuple(leaves), output, tuple(shape))
+    return None
+
+
+def _peel_transpose(view, cid: ClassId, term: str) -> tuple[ClassId, str]:
+    """(x, "ki") for a class holding transpose(x) of a rank-2 x, else (cid, term)."""
+    for node in view.snapshot.nodes[cid]:
+        if node.head == "Op1" and node.args[0] == "transpose" and view.attrs(node.args[1])["perm"] == (1, 0):
+            return node.args[2], term[::-1]
+    return cid, term
+
+
+def _body(view, region: int, starts, invariant):
+    """The classes the new loop recomputes: those whose earliest recorded node reads, at
+    any depth, an `Arg` of the loop; each with that node, and the loop's Args they read.
+    Everything else they read is read from where it is (classes are values: a forward
+    loop's ys, tape and all, is the same value in both loops). None for a body the copy
+    cannot hold: a control node or a tape allocation in it, an Arg of a region nested in
+    the loop, a class with no recorded node, a cycle."""
+    snapshot, origins = view.snapshot, view.editor.origins
+    outer = {0}
+    parent = view.encoding.regions[region].parent
+    while parent is not None:
+        outer.add(parent)
+        parent = view.encoding.regions[parent].parent
+    earliest: dict[ClassId, ENode | None] = {}
+
+    def node_of(cid: ClassId) -> ENode | None:
+        if cid not in earliest:
+            recorded = [n for n in snapshot.nodes.get(cid, ()) if n in origins]
+            earliest[cid] = min(recorded, key=lambda n: origins[n].order) if recorded else None
+        return earliest[cid]
+
+    reading: dict[ClassId, bool] = {}  # class -> reads the loop's Args
+    visiting: set[ClassId] = set()
+    stack = [(c, False) for c in starts]
+    while stack:
+        cid, expanded = stack.pop()
+        node = node_of(cid)
+        if expanded:
+            visiting.discard(cid)
+            reading[cid] = node == ENode("Arg", (region, node.args[1])) if node.head == "Arg" else \
+                any(reading[c] for c in children(node) if c.sort == "Term")
+            continue
+        if cid in reading:
+            continue
+        if cid in invariant:
+            reading[cid] = False
+            continue
+        if node is None or cid in visiting:
+            return None  # nothing recorded, or a cycle through the earliest nodes
+        visiting.add(cid)
+        stack.append((cid, True))
+        stack.extend((c, False) for c in children(node) if c.sort == "Term" and c not in reading)
+
+    body: dict[ClassId, ENode] = {}
+    reads: set[int] = set()
+    stack = [c for c in starts if reading[c]]
+    while stack:
+        cid = stack.pop()
+        if cid in body:
+            continue
+        node = body[cid] = node_of(cid)
+        if node.head in CONTROL_HEADS or node.head == "NewTape":
+            return None
+        if node.head == "Arg":
+            reads.add(node.args[1])
+        for child in children(node):
+            if child.sort != "Term":
+                continue
+            if reading[child]:
+                stack.append(child)
+            elif node_of(child) is not None and node_of(child).head == "Arg" and node_of(child).args[0] not in outer:
+                return None  # an Arg of a region nested in the loop, outside its own region
+    return body, reads
+
+
+def _copy(body: dict[ClassId, ENode], arg, record) -> dict[ClassId, ENode]:
+    """Each body class's node rebuilt over the copies of its inputs, `arg(i)` for `Arg(loop, i)`,
+    each passed to `record(class, copy)` in dependency order (no recursion: a body can be a long chain)."""
+    copies: dict[ClassId, ENode] = {}
+    for cid in _post_order(body):
+        node = body[cid]
+        copies[cid] = record(cid, arg(node.args[1]) if node.head == "Arg" else
+                             ENode(node.head, tuple(_substitute(field, copies) for field in node.args)))
+    return copies
+
+
+def _post_order(body: dict[ClassId, ENode]) -> list[ClassId]:
+    order, done = [], set()
+    for root in body:
+        stack = [(root, False)]
+        while stack:
+            cid, expanded = stack.pop()
+            if expanded:
+                order.append(cid)
+                continue
+            if cid in done:
+                continue
+            done.add(cid)
+            stack.append((cid, True))
+            stack.extend((c, False) for c in children(body[cid]) if c in body and c not in done)
+    return order
+
+
+def _substitute(field, copies):
+    if isinstance(field, ClassId):
+        return copies.get(field, field)
+    if isinstance(field, tuple):
+        return tuple(_substitute(item, copies) for item in field)
+    return field
+
+
+def _batched(view, plan: _Contraction, rows: dict[ClassId, ENode], invariant) -> ENode:
+    """The sum over all steps of the contribution: one einsum of the stacked leaves."""
+    used = set("".join(term for _, term in plan.leaves))
+    step = next(c for c in "t" + _LETTERS if c not in used)
+    operands = [leaf if leaf in invariant else rows[leaf] for leaf, _ in plan.leaves]
+    terms = [term if leaf in invariant else step + term for leaf, term in plan.leaves]
+    attrs = attrs_node({"spec": ",".join(terms) + "->" + plan.output}, view.encoding.constants)
+    total = ENode(_OP_HEADS[len(operands)], ("einsum", attrs, *operands)) if len(operands) in _OP_HEADS else \
+        ENode("OpN", ("einsum", attrs, tuple(operands)))
+    if plan.reshape is not None:
+        total = ENode("Op1", ("reshape", attrs_node({"shape": plan.reshape}, view.encoding.constants), total))
+    return total

@@ -1,0 +1,284 @@
+"""rules/batching.py's loop transformer `batch-weight-gradient` (CONVENTIONS 4: judged by
+running the program before and after).
+
+A per-step accumulation `acc' = acc + A_t^T @ B_t` of a for loop (the weight gradients
+of a reverse loop) becomes `acc0 + einsum('tki,tkj->ij', As, Bs)` after a new loop that
+carries everything else and stacks A_t, B_t. (a) The intended effect: the reverse loop
+of an RNN's and an LSTM's gradient no longer carries the weight-gradient accumulators,
+each is one einsum after it, and the cost model prefers that, for a large LSTM and for
+the small corpus one. (b) Semantics on Hypothesis inputs (float64, 1e-12), through the
+rule-preferring test extractor and the cost-based one: the RNN, a gate-by-gate LSTM, a
+loop with several accumulators of different forms, and loops where the rule must not
+(or only partly) fire. (c) The old and the new loop pop the same tapes: an extraction
+never takes outputs from both (egad/extract.py keeps tapes linear).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+import egad
+import egad.numpy as enp
+from egad.cost_model import TARGETS
+from egad.egraph import Snapshot, decode, encode
+from egad.egraph.schedule import saturate
+from egad.extract import CostModel, _Extractor, _tape_read_twice, extract, predicted_cost
+from tests.ad.gradcheck import scalar_loss
+from tests.egraph.test_rules import (GATED_SHAPES, LSTM, SETTINGS, Optimized, assert_same_results, floats,
+                                     gated_cell)
+
+RULE = "batch-weight-gradient"
+
+
+def rnn_loss(W, U, xs, h0):
+    h = egad.fori_loop(0, xs.shape[0], lambda t, h: enp.tanh(xs[t] @ U + h @ W), h0)
+    return enp.sum(h * h)
+
+
+RNN_SHAPES = dict(W=(3, 3), U=(4, 3), xs=(5, 2, 4), h0=(2, 3))
+
+
+def rnn_gradient(args, wrt=(0, 1)):
+    return egad.value_and_grad(egad.trace(rnn_loss, *args), wrt=wrt)
+
+
+def cost_extracted(program, families=("batching",), model=None):
+    """encode -> saturate -> extract by cost -> decode."""
+    encoding = encode(program)
+    report = saturate(encoding, families=list(families))
+    snapshot = Snapshot.of(encoding.egraph)
+    extraction = extract(encoding, snapshot, model)
+    return decode(encoding, snapshot, extraction), report
+
+
+def reverse_loop(program):
+    return next(b for b in program.region.bindings if b.op == "for" and b.attrs["reverse"])
+
+
+def producer(program, var):
+    return next(b for b in program.region.bindings if any(v is var for v in b.outputs))
+
+
+# --- (a) the intended effect -----------------------------------------------------------------------
+
+def test_rnn_weight_gradients_leave_the_reverse_loop_as_one_einsum_each():
+    args = tuple(np.random.default_rng(0).normal(size=shape) for shape in RNN_SHAPES.values())
+    gradient = rnn_gradient(args)
+    before = reverse_loop(gradient)
+    assert before.attrs["n_state"] == 6  # dh, dU, dW and three tapes
+    assert [b.op for b in before.regions[0].bindings].count("matmul") == 3  # dz @ W.T, x.T @ dz, h.T @ dz
+    program, report = cost_extracted(gradient)
+    assert report.fired()[RULE] == 1 and report.limit_hit is None
+    after = reverse_loop(program)
+    assert after.attrs["n_state"] == 4  # dh and the tapes: the accumulators are gone
+    body = [b.op for b in after.regions[0].bindings]
+    assert body.count("matmul") == 1 and "transpose" not in body  # only dz @ W.T is left per step
+    assert len(after.outputs) == 4 + 3  # and the steps' x, h and dz come out stacked
+    _, dW, dU = program.region.results
+    for result, shape in ((dW, (3, 3)), (dU, (4, 3))):
+        add = producer(program, result)
+        assert add.op == "add" and add.outputs[0].type.shape == shape
+        (einsum,) = [producer(program, v) for v in add.inputs if producer(program, v).op == "einsum"]
+        assert einsum.attrs["spec"] == "tki,tkj->ij"
+        assert all(any(v is out for out in after.outputs[4:]) for v in einsum.inputs)
+    assert [b.op for b in program.region.bindings].count("einsum") == 2
+    assert_same_results(egad.interpret(program, *args), egad.interpret(gradient, *args))
+
+
+def lstm_gradient(B=2, I=3, H=4, T=6):
+    rng = np.random.default_rng(1)
+    args = (rng.normal(size=(T, B, I)), rng.normal(size=(I, 4 * H)), rng.normal(size=(H, 4 * H)),
+            rng.normal(size=(4 * H,)), rng.normal(size=(B, H)), rng.normal(size=(B, H)))
+    return args, egad.value_and_grad(egad.trace(scalar_loss(LSTM.fn, 0), *args), wrt=LSTM.differentiable_argnums)
+
+
+def test_lstm_weight_and_bias_gradients_leave_the_reverse_loop():
+    args, gradient = lstm_gradient()
+    program, _ = cost_extracted(gradient)
+    assert reverse_loop(gradient).attrs["n_state"] - reverse_loop(program).attrs["n_state"] == 3  # dWx, dWh, db
+    specs = sorted(b.attrs["spec"] for b in program.region.bindings if b.op == "einsum")
+    assert specs == ["tab->b", "tki,tkj->ij", "tki,tkj->ij"]  # db: the per-step sum over the batch, batched
+    assert_same_results(egad.interpret(program, *args), egad.interpret(gradient, *args))
+
+
+def _costs(gradient, target):
+    model = CostModel.for_target(target)
+    costs = []
+    for families in ([], ["batching"]):
+        encoding = encode(gradient)
+        saturate(encoding, families=families)
+        snapshot = Snapshot.of(encoding.egraph)
+        extraction = extract(encoding, snapshot, model)
+        program = decode(encoding, snapshot, extraction)
+        einsums = sum(b.op == "einsum" for b in program.region.bindings)
+        costs.append((predicted_cost(encoding, snapshot, extraction, model).total, einsums))
+    return costs
+
+
+def test_the_cost_model_prefers_the_batched_form_for_a_large_lstm():
+    _, gradient = lstm_gradient(B=32, I=256, H=256, T=64)
+    for target in ("llvm", "cuda"):
+        (plain, none), (batched, einsums) = _costs(gradient, target)
+        assert none == 0 and einsums == 3, target
+        assert batched < 0.95 * plain, (target, plain, batched)
+
+
+def test_the_cost_model_prefers_the_batched_form_for_a_tiny_lstm_too():
+    """Fewer kernels per step: a transpose, a matmul and an add per step and accumulator
+    against one einsum and one add in all. The model finds no size where that loses."""
+    _, gradient = lstm_gradient(B=1, I=2, H=2, T=2)
+    for target in ("llvm", "cuda"):
+        (plain, _), (batched, einsums) = _costs(gradient, target)
+        assert einsums == 3 and batched < plain, (target, plain, batched)
+
+
+# --- (b) semantics ---------------------------------------------------------------------------------
+
+_OPTIMIZED: dict = {}
+
+
+def optimized(name, build):
+    """Through the rule-preferring test extractor and the cost-based one, once per session."""
+    if name not in _OPTIMIZED:
+        program = build()
+        _OPTIMIZED[name] = (program, Optimized(program, ["batching"]), cost_extracted(program))
+    return _OPTIMIZED[name]
+
+
+def check(name, build, args, batched: int):
+    """Both extractions interpret like the original; `batched` accumulators left the loop."""
+    program, latest, (by_cost, report) = optimized(name, build)
+    assert report.fired().get(RULE, 0) == (1 if batched else 0), report
+    want = egad.interpret(program, *args)
+    for got in (latest.program, by_cost):
+        assert_same_results(egad.interpret(got, *args), want, name)
+    loops = [b for b in program.region.bindings if b.op == "for"]
+    after = [b for b in latest.program.region.bindings if b.op == "for"]
+    assert sum(b.attrs["n_state"] for b in loops) - sum(b.attrs["n_state"] for b in after) == batched
+
+
+@SETTINGS
+@given(args=st.fixed_dictionaries({name: floats(*shape) for name, shape in RNN_SHAPES.items()}))
+def test_rnn_gradient_keeps_results(args):
+    args = tuple(args[name] for name in RNN_SHAPES)
+    check("rnn", lambda: rnn_gradient(args, wrt=(0, 1, 3)), args, batched=2)
+
+
+@SETTINGS
+@given(args=st.fixed_dictionaries({name: floats(*shape) for name, shape in GATED_SHAPES.items()}))
+def test_gate_by_gate_lstm_gradient_keeps_results(args):
+    args = tuple(args[name] for name in GATED_SHAPES)
+    check("gated", lambda: egad.value_and_grad(egad.trace(gated_cell, *args), wrt=tuple(range(11))), args,
+          batched=8)  # dW_i .. dW_o, dU_i .. dU_o
+
+
+def accumulators(xs, W, h0, A0, b0, C0, D0):
+    """Four accumulators, four forms: x^T @ h, a sum over the batch, an einsum, and a
+    product with the invariant W (which is not stacked)."""
+    def step(t, carry):
+        h, A, b, C, D = carry
+        x = xs[t]
+        h = enp.tanh(x @ W + h)
+        A = A + enp.transpose(x) @ h
+        b = enp.sum(h * h, axis=0) + b
+        C = C + enp.einsum("bi,bj->ij", h, h)
+        D = D + x @ W
+        return h, A, b, C, D
+
+    return egad.fori_loop(0, xs.shape[0], step, (h0, A0, b0, C0, D0))
+
+
+ACCUMULATOR_SHAPES = dict(xs=(4, 2, 3), W=(3, 5), h0=(2, 5), A0=(3, 5), b0=(5,), C0=(5, 5), D0=(2, 5))
+
+
+@SETTINGS
+@given(args=st.fixed_dictionaries({name: floats(*shape) for name, shape in ACCUMULATOR_SHAPES.items()}))
+def test_several_accumulators_of_different_forms_keep_results(args):
+    args = tuple(args[name] for name in ACCUMULATOR_SHAPES)
+    check("accumulators", lambda: egad.trace(accumulators, *args), args, batched=4)
+    _, latest, _ = optimized("accumulators", None)
+    specs = sorted(b.attrs["spec"] for b in latest.program.region.bindings if b.op == "einsum")
+    assert specs == sorted(["tki,tkj->ij", "tab->b", "tbi,tbj->ij", "tik,kj->ij"])  # W is read as it is
+
+
+def feedback(xs, W, h0, A0):
+    """The accumulator is read by the recurrence: it must stay in the loop."""
+    def step(t, carry):
+        h, A = carry
+        h = enp.tanh(xs[t] @ W + h @ A)
+        return h, A + enp.transpose(h) @ h
+
+    return egad.fori_loop(0, xs.shape[0], step, (h0, A0))
+
+
+FEEDBACK_SHAPES = dict(xs=(4, 2, 3), W=(3, 3), h0=(2, 3), A0=(3, 3))
+
+
+@SETTINGS
+@given(args=st.fixed_dictionaries({name: floats(*shape) for name, shape in FEEDBACK_SHAPES.items()}))
+def test_an_accumulator_the_body_reads_stays(args):
+    args = tuple(args[name] for name in FEEDBACK_SHAPES)
+    program, _, (by_cost, report) = optimized("feedback", lambda: egad.trace(feedback, *args))
+    assert RULE not in report.fired()
+    assert_same_results(egad.interpret(by_cost, *args), egad.interpret(program, *args))
+
+
+def chained(xs, h0, A0, B0):
+    """B's step reads A: A stays in the loop (B's einsum reads the stacked A's), B leaves."""
+    def step(t, carry):
+        h, A, B = carry
+        x = xs[t]
+        h = enp.tanh(x + h)
+        return h, A + enp.transpose(x) @ h, B + (A @ enp.transpose(h)) @ h
+
+    return egad.fori_loop(0, xs.shape[0], step, (h0, A0, B0))
+
+
+CHAINED_SHAPES = dict(xs=(4, 2, 3), h0=(2, 3), A0=(3, 3), B0=(3, 3))
+
+
+@SETTINGS
+@given(args=st.fixed_dictionaries({name: floats(*shape) for name, shape in CHAINED_SHAPES.items()}))
+def test_an_accumulator_another_one_reads_stays(args):
+    args = tuple(args[name] for name in CHAINED_SHAPES)
+    check("chained", lambda: egad.trace(chained, *args), args, batched=1)
+    _, latest, _ = optimized("chained", None)
+    (loop,) = [b for b in latest.program.region.bindings if b.op == "for"]
+    assert loop.attrs["n_state"] == 2  # h and A
+
+
+def test_saturating_again_batches_nothing_new():
+    args = tuple(np.random.default_rng(2).normal(size=shape) for shape in RNN_SHAPES.values())
+    encoding = encode(rnn_gradient(args))
+    first = saturate(encoding, families=["batching"])
+    second = saturate(encoding, families=["batching"])
+    assert first.fired()[RULE] == 1 and RULE not in second.fired()
+    assert second.nodes == first.nodes
+
+
+# --- (c) the old and the new loop pop the same tapes --------------------------------------------------
+
+def test_an_extraction_never_takes_outputs_from_both_loops():
+    """With a target where the loop is latency-bound and dispatch nearly free, the
+    greedy per-class choice takes dh0 from the new loop (a little cheaper) and dW, dU
+    from the old one (their einsums cost more than the per-step matmuls hidden under
+    the recurrence): both loops would pop the forward loop's tapes. `extract` sees the
+    tape read twice and extracts again without one of the loops."""
+    args = tuple(np.random.default_rng(3).normal(size=shape) for shape in RNN_SHAPES.values())
+    gradient = rnn_gradient(args, wrt=(0, 1, 3))
+    target = dataclasses.replace(TARGETS["cpu"], dispatch_seconds=1e-7, latency_seconds=1.0,
+                                 flops_per_second=1e6, bytes_per_second=1e9)
+    model = CostModel(target)
+    encoding = encode(gradient)
+    saturate(encoding, families=["batching"])
+    snapshot = Snapshot.of(encoding.egraph)
+    greedy = _Extractor(encoding, snapshot, model)
+    assert _tape_read_twice(greedy.types, greedy.extraction()) is not None  # the hazard is real
+    extraction = extract(encoding, snapshot, model)
+    assert _tape_read_twice(greedy.types, extraction) is None
+    program = decode(encoding, snapshot, extraction)
+    assert sum(b.op == "for" for b in program.region.bindings) == 2  # forward and one reverse loop
+    assert_same_results(egad.interpret(program, *args), egad.interpret(gradient, *args))
