@@ -33,3 +33,12 @@ __all__ = [
     "IndexOutOfRangeError", "LoopStateError", "NumpyInteropError", "ShapeError", "TracerConversionError",
     "TracerLeakError", "UnsupportedError", "VerifyError",
 ]
+
+
+def __getattr__(name):
+    # egad.rules (the rule families, which import egglog) loads when first used
+    if name == "rules":
+        import importlib
+
+        return importlib.import_module("egad.rules")
+    raise AttributeError(f"module 'egad' has no attribute {name!r}")

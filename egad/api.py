@@ -1,9 +1,10 @@
-"""`egad.optimize`: a program (and its gradient) compiled into a callable.
+"""`egad.optimize`: a program (and its gradient) optimized and compiled into a callable.
 
-This is the unoptimized path of DESIGN §1: differentiate, lower to TVM Relax, build.
-The e-graph optimizer (rule families, critical-path extraction) is not part of
-egad yet, so `rules` must be empty or None, and the report says that no rewrite
-ran. TVM is imported only when a program is built (egad.tvm_bridge).
+Per shape signature: differentiate (egad.ad), optimize in the e-graph with the rule
+families (egad/optimizer.py: saturate, extract by the cost model, decode, check
+against the original on example inputs), lower to TVM Relax and build
+(egad.tvm_bridge, imported only when a program is built). `rules=()` skips the
+e-graph: the program AD wrote is built as it is.
 
 Specialization: a program traced with symbolic dims (egad.Spec) runs for any size
 of them from one build. A call whose static dims (or static arguments) differ from
@@ -17,7 +18,7 @@ import time
 
 import numpy as np
 
-from .errors import ArgumentError, UnsupportedError, message
+from .errors import ArgumentError, message
 from .ir.program import Program
 from .ir.types import TensorType
 from .pytree import flatten, unflatten
@@ -28,12 +29,18 @@ class Optimized:
     arrays, anything `np.asarray` takes, or DLPack arrays); it returns numpy values —
     `(value, grads)` when built with `wrt`, the value alone with `wrt=None`."""
 
-    def __init__(self, program: Program, wrt, target, has_aux: bool):
-        self.program = program
+    def __init__(self, program: Program, wrt, target, has_aux: bool, families: tuple, example_args=None,
+                 check: bool = True):
+        self.traced = program
         self.target = target
         self.wrt = wrt
         self.has_aux = has_aux
-        self.timings: dict[str, float] = {"differentiate": 0.0, "lower and build": 0.0}
+        self.families = families
+        self.example_args = example_args
+        self.check = check
+        self.timings: dict[str, float] = {"differentiate": 0.0}
+        self.optimizations: list = []  # egad.optimizer.Optimization, one per specialization
+        self._built_programs: dict[int, Program] = {}  # id(compiled) -> the program it was built from
         self.builds = 0  # specializations made ready: compiled, or loaded from a cache
         self.origins = {"built": 0, "memory": 0, "disk": 0}
         self._specializations: dict[tuple, object] = {}
@@ -55,7 +62,7 @@ class Optimized:
         """The shape signature of a call (static dims and static argument values), or
         None when the arguments do not even fit the program's structure (the build
         then reports exactly what is wrong)."""
-        signature = self.program.signature
+        signature = self.traced.signature
         if len(args) != signature.num_args:
             return None
         shapes, statics = [], []
@@ -67,31 +74,41 @@ class Optimized:
             if got_tree != tree:
                 return None
             shapes.append([_shape_of(leaf) for leaf in leaves])
-        return _signature_key(self.program, shapes, statics)
+        return _signature_key(self.traced, shapes, statics)
 
     def _specialize(self, args, key):
         if key is None or key == self._base_key:
-            program = self.program
-        elif self.program.retrace is None:
-            program = self.program  # not retraceable: the call reports the mismatch
+            program = self.traced
+        elif self.traced.retrace is None:
+            program = self.traced  # not retraceable: the call reports the mismatch
             key = None
         else:
-            program = self.program.retrace(*_retrace_args(self.program, args))
-        compiled = self._build(program)
+            program = self.traced.retrace(*_retrace_args(self.traced, args))
+        compiled = self._build(program, args if self.example_args is None or program is not self.traced
+                               else self.example_args)
         if key is not None:
             self._specializations[key] = compiled
         return compiled
 
-    def _build(self, program: Program):
+    def _build(self, program: Program, check_args):
         from . import ad
+        from .optimizer import optimize_program
         from .tvm_bridge import build
 
         started = time.perf_counter()
         if self.wrt is not None:
             program = ad.value_and_grad(program, wrt=self.wrt, has_aux=self.has_aux)
         self.timings["differentiate"] += time.perf_counter() - started
+        if self.families:
+            optimization = optimize_program(program, self.families, self.target,
+                                            check_args=check_args if self.check else None)
+            self.optimizations.append(optimization)
+            for phase, seconds in optimization.timings.items():
+                self.timings[phase] = self.timings.get(phase, 0.0) + seconds
+            program = optimization.program
         compiled = build(program, target=self.target)
-        self.timings["lower and build"] += compiled.build_seconds
+        self._built_programs[id(compiled)] = program
+        self.timings["lower and build"] = self.timings.get("lower and build", 0.0) + compiled.build_seconds
         self.builds += 1
         self.origins[compiled.origin] += 1
         return compiled
@@ -99,8 +116,14 @@ class Optimized:
     def _base(self):
         compiled = self._specializations.get(self._base_key)
         if compiled is None:
-            compiled = self._specializations[self._base_key] = self._build(self.program)
+            compiled = self._specializations[self._base_key] = self._build(self.traced, self.example_args)
         return compiled
+
+    @property
+    def program(self) -> Program:
+        """The program built for the traced shapes: the gradient program (with `wrt`)
+        after the e-graph optimizer, as interpretable IR."""
+        return self._built_programs[id(self._base())]
 
     @property
     def relax_text(self) -> str:
@@ -118,13 +141,23 @@ class Optimized:
 
         cache = shared_cache()
         disk = str(cache.directory) if cache.directory else "off (EGAD_DISK_CACHE=0)"
-        lines = [f"egad.optimize report for {self.program.name} (target {self.target})",
-                 "  e-graph: not run (the optimizer is not part of egad yet; rules=() is the only option)",
-                 f"  builds: {self.builds} ({self.origins['built']} compiled, {self.origins['memory']} from the "
+        lines = [f"egad.optimize report for {self.traced.name} (target {self.target})"]
+        if not self.families:
+            lines.append("  e-graph: not run (rules=())")
+        for k, optimization in enumerate(self.optimizations):
+            if len(self.optimizations) > 1:
+                lines.append(f"  specialization {k + 1}: {_shapes_text(optimization.original)}"
+                             + (" (optimizer result cached)" if optimization.cached else ""))
+            lines += optimization.lines()
+        lines += [f"  builds: {self.builds} ({self.origins['built']} compiled, {self.origins['memory']} from the "
                  f"memory cache, {self.origins['disk']} from the disk cache)",
                  f"  disk cache: {disk}" + (f"; {cache.disk_problem}" if cache.disk_problem else "")]
         lines += [f"  {phase}: {seconds * 1e3:.1f} ms" for phase, seconds in self.timings.items()]
         return "\n".join(lines)
+
+
+def _shapes_text(program: Program) -> str:
+    return ", ".join(str(t) for t in program.param_types)
 
 
 def _traced_shapes(program: Program) -> list[tuple]:
@@ -184,19 +217,46 @@ def _shape_of(leaf) -> tuple:
     return tuple(leaf.shape) if hasattr(leaf, "shape") else np.shape(leaf)
 
 
-def optimize(program: Program, wrt=(0,), target="llvm", rules=None, has_aux: bool = False) -> Optimized:
+def optimize(program: Program, wrt=(0,), target="llvm", rules=None, has_aux: bool = False,
+             example_args=None, check: bool = True) -> Optimized:
     """Compile `program` and, unless `wrt=None`, its gradient into one callable
     returning `(value, grads)`. `target` is "llvm" (or "cpu"), "cuda", "metal",
-    "opencl", "webgpu", "vulkan" or a TVM target dict.
+    "opencl", "webgpu", "vulkan" or a TVM target dict. `rules`: rule families
+    (`egad.rules.default()` when None; `rules=()` builds without the e-graph).
+    The optimized program is checked against the original, both interpreted, on
+    `example_args` (default: the first call's arguments of each new shape) and
+    the original is built if they differ; `check=False` skips that (it costs two
+    interpreted runs per new shape).
 
     Example: `f = egad.optimize(egad.trace(loss, W, xs), wrt=(0,)); value, (dW,) = f(W, xs)`"""
     if not isinstance(program, Program):
         raise ArgumentError(message(f"egad.optimize needs an egad.Program, got {type(program).__name__}",
                                     instead="trace the function first: egad.optimize(egad.trace(fn, *args))"))
-    if rules:
-        raise UnsupportedError(message("the e-graph optimizer (rules=...) is not part of egad yet",
-                                       instead="call egad.optimize(program, rules=()) for the unoptimized build"))
+    families = _families(rules)
     from .tvm_bridge.targets import resolve
 
     resolve(target)  # unknown targets and missing codegens fail here, not at the first call
-    return Optimized(program, wrt, target, has_aux)
+    return Optimized(program, wrt, target, has_aux, families, example_args, check)
+
+
+def _families(rules) -> tuple:
+    """`rules` as a tuple of rule families (egad.rules.Family)."""
+    from . import rules as registry
+
+    if rules is None:
+        return tuple(registry.default())
+    if isinstance(rules, (str, registry.Family)):
+        rules = (rules,)
+    families = []
+    for item in rules:
+        if isinstance(item, str):
+            try:
+                item = registry.family_named(item)
+            except KeyError as error:
+                raise ArgumentError(message(str(error.args[0]), instead="pass egad.rules.default(), Family "
+                                            "objects or family names, or rules=() for no e-graph")) from None
+        if not isinstance(item, registry.Family):
+            raise ArgumentError(message(f"rules= holds a {type(item).__name__}, not a rule family",
+                                        instead="pass egad.rules.default(), Family objects or family names"))
+        families.append(item)
+    return tuple(families)

@@ -79,10 +79,13 @@ _TARGET_KINDS = {"llvm": "cpu", "c": "cpu", "cpu": "cpu", "cuda": "gpu", "rocm":
                  "vulkan": "gpu", "opencl": "gpu", "webgpu": "gpu", "gpu": "gpu"}
 
 
-def target_constants(target: str | Target) -> Target:
-    """The constants for a TVM target string ("llvm", "cuda", "llvm -mcpu=...") or a kind."""
+def target_constants(target: str | dict | Target) -> Target:
+    """The constants for a TVM target string ("llvm", "cuda", "llvm -mcpu=..."), a TVM
+    target dict ({"kind": "cuda", ...}) or a kind."""
     if isinstance(target, Target):
         return target
+    if isinstance(target, dict):
+        target = target.get("kind", "")
     kind = _TARGET_KINDS.get(str(target).split()[0].lower())
     if kind is None:
         raise ValueError(f"no cost constants for target {target!r}; known: {', '.join(sorted(_TARGET_KINDS))}")

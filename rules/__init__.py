@@ -17,6 +17,15 @@ order the schedule (egad/egraph/schedule.py) runs them:
     [rule.name for rule in rules_of("algebra")]
 """
 from . import algebra, ad_simplify, loop_invariant, batching, fusion, control, checkpoint, unroll  # noqa: F401
-from .registry import Family, Rule, all_rules, families, family_named, rules_of, sites
+from .registry import Family, Rule, all_rules, families, family, family_named, rules_of, sites
 
-__all__ = ["Family", "Rule", "families", "family_named", "rules_of", "all_rules", "sites"]
+_DEFAULT = ("algebra", "ad_simplify", "loop_invariant", "batching", "fusion", "control", "checkpoint", "unroll")
+
+
+def default() -> list[Family]:
+    """The families `egad.optimize` runs when `rules=None`, in schedule order. A
+    research family goes beside them: `rules=[*egad.rules.default(), my_family]`."""
+    return [family_named(name) for name in _DEFAULT]
+
+
+__all__ = ["Family", "Rule", "default", "families", "family", "family_named", "rules_of", "all_rules", "sites"]

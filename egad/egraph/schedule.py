@@ -112,11 +112,11 @@ class TransformView:
 
 
 def saturate(encoding: Encoding, families=None, limits: Limits = Limits()) -> SaturationReport:
-    """Run the selected rule families (names or `Family` objects; None: every family)
+    """Run the selected rule families (names or `Family` objects; None: the default ones)
     on `encoding`'s e-graph in rounds, within `limits`; returns what happened."""
     from egad import rules as registry  # rules/ builds on this layer: imported when first needed
 
-    selected = registry.families() if families is None else [
+    selected = registry.default() if families is None else [
         f if isinstance(f, registry.Family) else registry.family_named(f) for f in families]
     rulesets = [f.ruleset for f in selected if f.ruleset is not None]
     transformers = [r for f in selected for r in f.transformers]

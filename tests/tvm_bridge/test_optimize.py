@@ -55,8 +55,10 @@ def test_symbolic_length_never_rebuilds():
 
 def test_unsupported_options_are_refused():
     program = egad.trace(_loss, W, XS, H0)
-    with pytest.raises(egad.UnsupportedError, match="rules"):
-        egad.optimize(program, rules=["algebra"])
+    with pytest.raises(egad.ArgumentError, match="not a rule family"):
+        egad.optimize(program, rules=[42])
+    with pytest.raises(egad.ArgumentError, match="no rule family 'algebre'"):
+        egad.optimize(program, rules=["algebre"])
     with pytest.raises(egad.UnsupportedError, match="target"):
         egad.optimize(program, target="tpu")
 

@@ -1,0 +1,120 @@
+"""The gradient-critical path of a program, in the user's terms (DESIGN §6).
+
+Each loop's carried state must flow from one trip to the next in order: the longest
+chain of dependent kernels from a carried value at the top of the body to a next
+state at its end is the loop's recurrence, the part no rewrite can parallelize. The
+extractor prices it (egad/extract.py); this module *describes* it on the program
+that was extracted, so that `Optimized.report()` can say which of the user's lines
+the time goes through:
+
+    loop at lstm.py:33 (for, ~64 trips): 1.4 us chain per trip against 31 us of work
+      h -> matmul (lstm.py:24) -> add (lstm.py:24) -> slice -> sigmoid (lstm.py:25) -> ...
+
+A kernel on the chain costs the longer of its roofline time and the target's latency
+(cost_model.py); a nested loop or branch on the chain costs the work of its body. A
+symbolic dim counts as `guess` (the extractor's default trip guess).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from .cost_model import Target, target_constants
+from .ir import ops
+from .ir.program import Binding, Program, Region, walk_bindings
+from .ir.types import TapeType, TensorType
+from .source import SourceLoc
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopPath:
+    """One loop's recurrence: the ops of its longest carried chain, in order."""
+
+    op: str  # "for" or "while"
+    reverse: bool  # an adjoint loop (AD's reversed for)
+    loc: SourceLoc  # where the loop was written
+    steps: tuple[tuple[str, SourceLoc], ...]  # (op, its source line) along the chain
+    chain_seconds: float  # latency of the chain, per trip
+    work_seconds: float  # all the body's kernels, per trip (roofline, no dispatch)
+    kernels: int  # dispatches per trip
+
+    @property
+    def latency_bound(self) -> bool:
+        return self.chain_seconds >= self.work_seconds
+
+    def __str__(self) -> str:
+        kind = "reverse for" if self.reverse else self.op
+        head = (f"loop at {self.loc} ({kind}): {self.chain_seconds * 1e6:.2f} us chain of {len(self.steps)} kernels "
+                f"per trip against {self.work_seconds * 1e6:.2f} us of work in {self.kernels} kernels "
+                f"({'latency' if self.latency_bound else 'throughput'}-bound)")
+        chain = " -> ".join(f"{op} ({loc})" if loc.line else op for op, loc in self.steps)
+        return f"{head}\n      {chain or '(no carried chain)'}"
+
+
+def critical_paths(program: Program, target: str | Target = "cpu", guess: int = 64) -> list[LoopPath]:
+    """The recurrence of every loop in `program`, outer loops first."""
+    constants = target_constants(target)
+    paths = []
+    for binding in walk_bindings(program.region):
+        if binding.op in ("for", "while"):
+            paths.append(_loop_path(binding, constants, guess))
+    return paths
+
+
+def _loop_path(loop: Binding, target: Target, guess: int) -> LoopPath:
+    n_state = loop.attrs["n_state"]
+    body = loop.regions[-1]
+    first_state = 1 if loop.op == "for" else 0  # a for body's first param is the counter
+    state = body.params[first_state:first_state + n_state]
+    # longest latency from any carried value, and the step that reached each var
+    depth: dict[int, float] = {v.uid: 0.0 for v in state}
+    came_from: dict[int, tuple[Binding, int | None]] = {}
+    work, kernels = 0.0, 0
+    for binding in body.bindings:
+        seconds, dispatches = _cost(binding, target, guess)
+        work += seconds
+        kernels += dispatches
+        reached = [(depth[v.uid], v.uid) for v in binding.inputs if v.uid in depth]
+        if not reached:
+            continue
+        start, source = max(reached)
+        length = start + (max(seconds, target.latency_seconds) if dispatches else seconds)
+        for out in binding.outputs:
+            depth[out.uid] = length
+            came_from[out.uid] = (binding, source)
+    ends = [(depth[v.uid], v.uid) for v in body.results[:n_state] if v.uid in depth]
+    if not ends:
+        return LoopPath(loop.op, bool(loop.attrs.get("reverse")), loop.loc, (), 0.0, work, kernels)
+    chain_seconds, uid = max(ends)
+    steps = []
+    while uid in came_from:
+        binding, uid = came_from[uid]
+        steps.append((binding.op, binding.loc))
+    return LoopPath(loop.op, bool(loop.attrs.get("reverse")), loop.loc, tuple(reversed(steps)),
+                    chain_seconds, work, kernels)
+
+
+def _cost(binding: Binding, target: Target, guess: int) -> tuple[float, int]:
+    """(roofline seconds, dispatches) of one binding; a control op: its bodies' sum."""
+    if binding.regions:
+        seconds, dispatches = 0.0, 0
+        for region in binding.regions:
+            s, d = _region_cost(region, target, guess)
+            seconds, dispatches = seconds + s, dispatches + d
+        return seconds, dispatches
+    work = ops.OPS[binding.op].cost([_concrete(v.type, guess) for v in binding.inputs],
+                                    [_concrete(v.type, guess) for v in binding.outputs], binding.attrs)
+    return work.seconds(target), work.kernels
+
+
+def _region_cost(region: Region, target: Target, guess: int) -> tuple[float, int]:
+    seconds, dispatches = 0.0, 0
+    for binding in region.bindings:
+        s, d = _cost(binding, target, guess)
+        seconds, dispatches = seconds + s, dispatches + d
+    return seconds, dispatches
+
+
+def _concrete(t, guess: int):
+    if isinstance(t, TapeType):
+        return TapeType(_concrete(t.elem, guess))
+    return TensorType(tuple(d if isinstance(d, int) else guess for d in t.shape), t.dtype)

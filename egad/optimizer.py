@@ -1,0 +1,197 @@
+"""The e-graph optimizer as one function: program in, optimized program out (DESIGN §5–6).
+
+    result = optimize_program(gradient_program, families=egad.rules.default(), target="llvm",
+                              check_args=(W, U, xs, h0))
+    result.program        # the extracted program (or the original, on a fallback)
+    print(result)         # rules fired, e-graph size, predicted costs, critical path, fallback
+
+encode -> saturate (egad/egraph/schedule.py, bounded) -> extract (egad/extract.py, by
+the cost model) -> decode (verified). "Never worse than doing nothing": any error in
+these steps, a predicted cost above the original's, or results that differ from the
+original's on `check_args` (both interpreted) fall back to the original program, and
+the result says why. A saturation limit is not a failure: the best term of the
+e-graph as it stands is used, and the result says which limit stopped it.
+
+Results are cached in memory by (program fingerprint, families, target, limits):
+`egad.optimize` specializing the same program twice optimizes it once.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections import Counter
+
+import numpy as np
+
+from .critical_path import LoopPath, critical_paths
+from .cost_model import target_constants
+from .errors import EgadError
+from .ir.fingerprint import fingerprint
+from .ir.program import Program
+from .pytree import flatten
+
+# Optimize + build should take seconds, not minutes (issue 5: <= 5 s per corpus program).
+DEFAULT_SECONDS = 3.0
+
+
+@dataclasses.dataclass
+class Optimization:
+    """What one run of the optimizer did."""
+
+    original: Program
+    program: Program  # what to build: the extraction, or `original` after a fallback
+    families: tuple[str, ...]
+    saturation: object | None = None  # egad.egraph.SaturationReport
+    predicted_before: object | None = None  # egad.extract.PredictedCost of the original
+    predicted_after: object | None = None  # ... of the extraction
+    chosen: Counter = dataclasses.field(default_factory=Counter)  # rule -> nodes of it extracted
+    critical_path: list[LoopPath] = dataclasses.field(default_factory=list)
+    fallback: str | None = None  # why the original program is used, or None
+    timings: dict = dataclasses.field(default_factory=dict)  # phase -> seconds
+    cached: bool = False
+
+    def lines(self) -> list[str]:
+        """The report's lines (indented for `Optimized.report()`)."""
+        out = [f"  rule families: {', '.join(self.families) or 'none'}"]
+        if self.saturation is not None:
+            sat = self.saturation
+            out.append(f"  e-graph: {sat.nodes} e-nodes in {sat.classes} classes after {sat.rounds} rounds, "
+                       f"stopped by {sat.stopped_by}"
+                       + (" (limit hit: the best term found so far is used)" if sat.limit_hit else ""))
+            fired = sat.fired()
+            if fired:
+                out.append("  rules fired (matches, new e-nodes, e-nodes in the extracted program):")
+                out += [f"    {name:34s} {count:6d} {sat.new_nodes.get(name, 0):6d} {self.chosen.get(name, 0):6d}"
+                        for name, count in fired.items()]
+            else:
+                out.append("  rules fired: none")
+        if self.predicted_before is not None and self.predicted_after is not None:
+            before, after = self.predicted_before.seconds, self.predicted_after.seconds
+            out.append(f"  predicted cost: {before * 1e6:.1f} us before, {after * 1e6:.1f} us after "
+                       f"({before / after if after else float('inf'):.2f}x); tape bytes "
+                       f"{self.predicted_before.tape_bytes:.0f} -> {self.predicted_after.tape_bytes:.0f}")
+        if self.critical_path:
+            out.append("  critical path (per loop: the carried chain that must run trip after trip):")
+            out += ["    " + str(path) for path in self.critical_path]
+        out.append("  checkpointing: store-all (every taped residual kept; GradLoop policies are not written yet)")
+        if "check" not in self.timings and not self.fallback:
+            out.append("  check against the original: not run (no example inputs, or check=False)")
+        out.append(f"  fallback: {self.fallback}" if self.fallback else "  fallback: none")
+        return out
+
+    def __str__(self) -> str:
+        return "\n".join([f"optimization of {self.original.name}", *self.lines()])
+
+
+_CACHE: dict[tuple, Optimization] = {}
+
+
+def optimize_program(program: Program, families, target="llvm", limits=None, check_args=None) -> Optimization:
+    """Saturate, extract and decode `program` with the rule `families` (Family objects
+    or names); check the result on `check_args` when given. Never raises for a
+    failure of the optimizer itself: it falls back to `program` and says why."""
+    from .egraph import Limits
+
+    limits = limits or Limits(seconds=DEFAULT_SECONDS)
+    names = tuple(f if isinstance(f, str) else f.name for f in families)
+    key = (fingerprint(program), names, str(target), limits)
+    cached = _CACHE.get(key)
+    if cached is not None:  # the same program (fingerprints cover ops, types and constants) seen before
+        return dataclasses.replace(cached, cached=True)
+    result = _optimize(program, families, names, target, limits, check_args)
+    _CACHE[key] = result
+    return result
+
+
+def _optimize(program, families, names, target, limits, check_args) -> Optimization:
+    from .egraph import Snapshot, decode, encode, extract_inserted, saturate
+    from .extract import CostModel, extract, predicted_cost
+
+    result = Optimization(program, program, names)
+    timings = result.timings
+    model = CostModel(target_constants(target))
+    try:
+        started = time.perf_counter()
+        encoding = encode(program)
+        timings["encode"] = time.perf_counter() - started
+
+        started = time.perf_counter()
+        result.saturation = saturate(encoding, families=list(families), limits=limits)
+        timings["saturate"] = time.perf_counter() - started
+
+        started = time.perf_counter()
+        snapshot = Snapshot.of(encoding.egraph)
+        origins = encoding.provenance.resolve(snapshot)
+        original = extract_inserted(snapshot, origins, encoding.roots)
+        result.predicted_before = predicted_cost(encoding, snapshot, original, model)
+        extraction = extract(encoding, snapshot, model)
+        result.predicted_after = predicted_cost(encoding, snapshot, extraction, model)
+        result.chosen = Counter(origins[node].site.name for node in extraction.choice.values()
+                                if node in origins and origins[node].site.name != "input")
+        timings["extract"] = time.perf_counter() - started
+
+        started = time.perf_counter()
+        if result.predicted_after.total > result.predicted_before.total:
+            extraction = original  # the extractor is greedy: never choose worse than what was written
+            result.predicted_after, result.chosen = result.predicted_before, Counter()
+        optimized = decode(encoding, snapshot, extraction, origins)
+        timings["decode"] = time.perf_counter() - started
+    except (EgadError, RecursionError, RuntimeError, ValueError, KeyError, TypeError) as error:
+        # egglog raises plain exceptions; any failure here is the optimizer's, not the user's
+        result.fallback = f"the optimizer failed ({type(error).__name__}: {_first_line(error)}); " \
+                          "the original program is built"
+        return result
+
+    if check_args is not None:
+        started = time.perf_counter()
+        mismatch = _same_results(optimized, program, check_args)
+        timings["check"] = time.perf_counter() - started
+        if mismatch is not None:
+            result.fallback = f"the optimized program's results differ from the original's on the example " \
+                              f"inputs ({mismatch}); the original program is built"
+            return result
+    result.program = optimized
+    result.critical_path = critical_paths(optimized, target)
+    return result
+
+
+def _same_results(optimized: Program, original: Program, args) -> str | None:
+    """None when both programs interpret to the same results on `args` (float
+    tolerance: rewrites reassociate sums), else what differs. An error raised by
+    both is agreement; by one only, a mismatch."""
+    from .interp import interpret
+
+    outcomes = []
+    for program in (original, optimized):
+        try:
+            outcomes.append(flatten(interpret(program, *args))[0])
+        except EgadError as error:
+            outcomes.append(error)
+    want, got = outcomes
+    if isinstance(want, Exception) or isinstance(got, Exception):
+        if isinstance(want, Exception) and isinstance(got, Exception):
+            return None
+        return f"one raised {(want if isinstance(want, Exception) else got)!s:.200}"
+    for k, (g, w) in enumerate(zip(got, want)):
+        g, w = np.asarray(g), np.asarray(w)
+        if g.shape != w.shape or g.dtype != w.dtype:
+            return f"result {k}: {g.dtype}{g.shape} vs {w.dtype}{w.shape}"
+        if not np.issubdtype(w.dtype, np.inexact):
+            if not np.array_equal(g, w):
+                return f"result {k}: integer values differ"
+            continue
+        tolerance = 1e-3 if w.dtype.itemsize <= 4 else 1e-7
+        finite = np.isfinite(w)
+        if not np.array_equal(np.isfinite(g), finite) or \
+                not np.array_equal(np.where(finite, 0, g), np.where(finite, 0, w), equal_nan=True):
+            return f"result {k}: non-finite values differ"
+        scale = float(np.max(np.abs(w[finite]), initial=0.0))
+        error = float(np.max(np.abs(g[finite] - w[finite]), initial=0.0))
+        if error > tolerance * max(scale, 1e-30) and error > 0:
+            return f"result {k}: max difference {error:.3g} against values up to {scale:.3g}"
+    return None
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip().splitlines()
+    return text[0][:300] if text else ""

@@ -1,0 +1,167 @@
+"""`egad.optimize` with the e-graph (issue 5, item 5): every corpus program and its
+gradient compiled with the default rule families agrees with the interpreter; the
+report says what ran; an unsound or failing rule falls back to the original program
+and says so; limits and user families work without touching the engine."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from egglog import vars_
+
+import egad
+import egad.nn as enn
+import egad.numpy as enp
+from egad import rules
+from egad.egraph import Limits
+from egad.egraph.language import Term, op
+from egad.optimizer import optimize_program
+from egad.rules.registry import rewrite
+from tests.ad.gradcheck import scalar_loss, to_float64
+from tests.programs import all_programs
+from tests.trees import assert_trees_close
+
+PROGRAMS = all_programs()
+GRADIENT_PROGRAMS = [p for p in PROGRAMS if p.differentiable_argnums]
+
+
+def _tolerance(args) -> float:
+    leaves = [a for a in egad.pytree.flatten(args)[0] if hasattr(a, "dtype")]
+    return 1e-4 if any(np.dtype(a.dtype) == np.float32 for a in leaves) else 1e-9
+
+
+@pytest.mark.parametrize("program", GRADIENT_PROGRAMS, ids=[p.name for p in GRADIENT_PROGRAMS])
+def test_optimized_corpus_gradient_matches_the_interpreter(program):
+    args = to_float64(program.make_args(np.random.default_rng(1)))
+    traced = egad.trace(scalar_loss(program.fn, 0), *args, static_argnums=program.static_argnums)
+    f = egad.optimize(traced, wrt=program.differentiable_argnums)  # default rules
+    expected = egad.interpret(egad.value_and_grad(traced, wrt=program.differentiable_argnums), *args)
+    assert_trees_close(f(*args), expected, 1e-7, program.name)
+    report = f.report()
+    assert "rule families: algebra" in report and "fallback:" in report and "saturate:" in report
+    assert_trees_close(egad.interpret(f.program, *args), expected, 1e-7, program.name)
+
+
+@pytest.mark.parametrize("program", PROGRAMS, ids=[p.name for p in PROGRAMS])
+def test_optimized_corpus_program_matches_the_interpreter(program):
+    args = program.make_args(np.random.default_rng(0))
+    traced = egad.trace(program.fn, *args, static_argnums=program.static_argnums)
+    f = egad.optimize(traced, wrt=None)
+    assert_trees_close(f(*args), egad.interpret(traced, *args), _tolerance(args), program.name)
+
+
+# --- what the report says -------------------------------------------------------------------
+
+def gated_rnn(Wi, Wf, Ui, Uf, xs, h0):
+    def step(t, h):
+        x = xs[t]
+        i = enn.sigmoid(x @ Wi + h @ Ui)
+        f = enp.tanh(x @ Wf + h @ Uf)
+        return i * f + (1 - i) * h
+
+    return enp.sum(egad.fori_loop(0, xs.shape[0], step, h0) ** 2)
+
+
+def gated_args(seed=0, T=16, B=8, I=16, H=32):
+    rng = np.random.default_rng(seed)
+    return (*(rng.standard_normal((I, H)) * 0.3 for _ in range(2)), *(rng.standard_normal((H, H)) * 0.2
+                                                                      for _ in range(2)),
+            rng.standard_normal((T, B, I)), np.zeros((B, H)))
+
+
+def test_the_report_names_rules_costs_the_critical_path_and_phases():
+    args = gated_args()
+    f = egad.optimize(egad.trace(gated_rnn, *args), wrt=(0, 1, 2, 3))
+    value, grads = f(*args)
+    expected = egad.interpret(egad.value_and_grad(egad.trace(gated_rnn, *args), wrt=(0, 1, 2, 3)), *args)
+    assert_trees_close((value, grads), expected, 1e-9)
+    report = f.report()
+    for phase in ("differentiate", "encode", "saturate", "extract", "decode", "check", "lower and build"):
+        assert f"{phase}: " in report, phase
+    assert "batch-input-projection" in report and "e-nodes in" in report and "stopped by saturated" in report
+    assert "predicted cost:" in report and "fallback: none" in report
+    assert "critical path" in report and "reverse for" in report
+    assert "test_optimize_pipeline.py:" in report  # the chain is told in the user's lines
+    (optimization,) = f.optimizations
+    assert optimization.predicted_after.total <= optimization.predicted_before.total
+
+
+def test_the_critical_path_of_a_recurrence_runs_through_its_matmul():
+    from egad.critical_path import critical_paths
+
+    args = gated_args()
+    (path,) = critical_paths(egad.trace(gated_rnn, *args))
+    ops = [name for name, _ in path.steps]
+    assert ops[0] == "matmul" and "sigmoid" in ops and path.chain_seconds > 0 and path.kernels >= len(ops)
+
+
+# --- never worse than doing nothing ---------------------------------------------------------
+
+a, b = vars_("a b", Term)
+UNSOUND = rules.family("test-unsound", "a deliberately wrong rule: tanh(x) = x (cheaper, so it is extracted)")
+UNSOUND.rewrites("drop-tanh", "wrong on purpose: the fallback must catch it", rewrite(op.tanh(a)).to(a))
+
+FAILING = rules.family("test-failing", "a transformer that raises, as a buggy research rule would")
+
+
+@FAILING.transformer("raise-in-transformer", "fails on purpose: the fallback must catch it")
+def _raise(view) -> int:
+    raise ValueError("this transformer is broken")
+
+
+def test_an_unsound_rule_is_caught_by_the_check_and_the_original_is_built():
+    args = gated_args()
+    traced = egad.trace(gated_rnn, *args)
+    f = egad.optimize(traced, wrt=(0,), rules=[*rules.default(), UNSOUND])
+    value, (dWi,) = f(*args)
+    expected_value, (expected,) = egad.interpret(egad.value_and_grad(traced, wrt=(0,)), *args)
+    np.testing.assert_allclose(value, expected_value, rtol=1e-12)
+    np.testing.assert_allclose(dWi, expected, rtol=1e-10)
+    assert "results differ from the original's on the example inputs" in f.report()
+
+
+def test_a_failing_rule_falls_back_and_says_why():
+    args = gated_args()
+    f = egad.optimize(egad.trace(gated_rnn, *args), wrt=(0,), rules=["algebra", FAILING])
+    value, _ = f(*args)
+    np.testing.assert_allclose(value, egad.interpret(egad.trace(gated_rnn, *args), *args), rtol=1e-12)
+    assert "the optimizer failed (ValueError: this transformer is broken)" in f.report()
+
+
+def test_a_limit_uses_the_best_term_so_far_and_the_report_says_which():
+    args = gated_args()
+    gradient = egad.value_and_grad(egad.trace(gated_rnn, *args), wrt=(0, 1))
+    result = optimize_program(gradient, rules.default(), limits=Limits(rounds=1), check_args=args)
+    assert result.saturation.stopped_by == "rounds" and result.fallback is None
+    assert "limit hit: the best term found so far is used" in str(result)
+    assert_trees_close(egad.interpret(result.program, *args), egad.interpret(gradient, *args), 1e-9)
+
+
+def test_optimizer_results_are_cached_by_program():
+    args = gated_args(T=5)
+    gradient = egad.value_and_grad(egad.trace(gated_rnn, *args), wrt=(0,))
+    first = optimize_program(gradient, rules.default(), check_args=args)
+    again = optimize_program(egad.value_and_grad(egad.trace(gated_rnn, *args), wrt=(0,)), rules.default())
+    assert not first.cached and again.cached and again.program is first.program
+
+
+MINE = rules.family("test-mine", "a researcher's family, written outside rules/")
+MINE.rewrites("tanh-is-odd", "tanh(x) = -tanh(-x): an identity, to see a user family fire",
+              rewrite(op.tanh(a)).to(op.neg(op.tanh(op.neg(a)))))
+
+
+def test_a_research_family_runs_beside_the_defaults_without_editing_the_engine():
+    args = gated_args(T=4)
+    f = egad.optimize(egad.trace(gated_rnn, *args), wrt=None, rules=[*rules.default(), MINE])
+    np.testing.assert_allclose(f(*args), egad.interpret(egad.trace(gated_rnn, *args), *args), rtol=1e-12)
+    (optimization,) = f.optimizations
+    assert optimization.families[-1] == "test-mine" and optimization.saturation.fired()["tanh-is-odd"] >= 1
+    assert optimization.fallback is None
+
+
+def test_rules_none_means_the_default_families():
+    assert [f.name for f in rules.default()] == ["algebra", "ad_simplify", "loop_invariant", "batching", "fusion",
+                                                   "control", "checkpoint", "unroll"]
+    args = gated_args(T=3)
+    f = egad.optimize(egad.trace(gated_rnn, *args), wrt=None)
+    assert f.families == tuple(rules.default())
+    assert "e-graph: not run (rules=())" in egad.optimize(egad.trace(gated_rnn, *args), wrt=None, rules=()).report()
