@@ -1,7 +1,16 @@
-"""Lowering of matmul and einsum."""
+"""Lowering of matmul and einsum.
+
+A two-operand einsum that is a (batched) matrix product in disguise, such as the
+weight gradient 'tki,tkj->ij' that rules/batching.py writes after a reverse loop,
+is lowered as permute + reshape + `R.matmul` + reshape + permute, so that egad's
+tiled matmul schedule (tvm_bridge/schedule.py) runs it; TVM's generic einsum is a
+plain loop nest. Reshapes take the operands' shapes as Relax shape expressions, so
+symbolic dims (a trip count T) work. Anything else (a letter summed within one
+operand, repeated letters, broadcast dims, three operands) stays `R.einsum`.
+"""
 from __future__ import annotations
 
-from tvm import relax
+from tvm import relax, tirx
 
 from egad.ir.ops import parse_einsum
 
@@ -16,4 +25,54 @@ def _matmul(bb, args, attrs, binding):
 @lowers("einsum")
 def _einsum(bb, args, attrs, binding):
     terms, output = parse_einsum(attrs["spec"], [v.type.ndim for v in binding.inputs])
+    if len(args) == 2:
+        product = _einsum_as_matmul(bb, args, terms, output, [v.type for v in binding.inputs])
+        if product is not None:
+            return product
     return relax.op.einsum(args, ",".join(terms) + "->" + output)
+
+
+def _einsum_as_matmul(bb, args, terms, output, types):
+    a, b = terms
+    if any(len(set(term)) != len(term) for term in (a, b, output)) or not set(output) <= set(a) | set(b):
+        return None
+    sizes = {}
+    for term, t in zip(terms, types):
+        for letter, dim in zip(term, t.shape):
+            if sizes.setdefault(letter, dim) != dim:
+                return None  # a broadcast dim
+    batch = [c for c in output if c in a and c in b]
+    contracted = [c for c in a if c in b and c not in output]
+    a_free = [c for c in output if c in a and c not in b]
+    b_free = [c for c in output if c in b and c not in a]
+    if not contracted or set(a) != set(batch + a_free + contracted) or set(b) != set(batch + contracted + b_free):
+        return None
+    # each operand's dims as tir values: ints, or variables bound by a match_cast
+    operands, dims = [], []
+    for term, arg, t in zip(terms, args, types):
+        shape = [d if isinstance(d, int) else tirx.Var(f"einsum_{letter}", "int64") for letter, d in zip(term, t.shape)]
+        operands.append(bb.match_cast(arg, relax.TensorType(shape, t.dtype)) if any(
+            not isinstance(d, int) for d in shape) else arg)
+        dims.append(dict(zip(term, shape)))
+
+    def size(dims_of, letters):
+        total = tirx.IntImm("int64", 1)
+        for letter in letters:
+            total = total * dims_of[letter]
+        return total
+
+    def operand(k, order, rows, columns):
+        arg, term = operands[k], terms[k]
+        if list(term) != order:
+            arg = bb.emit(relax.op.permute_dims(arg, [term.index(c) for c in order]))
+        return bb.emit(relax.op.reshape(arg, [dims[k][c] for c in batch] + [size(dims[k], rows),
+                                                                            size(dims[k], columns)]))
+
+    lhs = operand(0, batch + a_free + contracted, a_free, contracted)
+    rhs = operand(1, batch + contracted + b_free, contracted, b_free)
+    product = bb.emit(relax.op.matmul(lhs, rhs))
+    product = relax.op.reshape(product, [dims[0][c] for c in batch + a_free] + [dims[1][c] for c in b_free])
+    order = batch + a_free + b_free
+    if order != list(output):
+        product = relax.op.permute_dims(bb.emit(product), [order.index(c) for c in output])
+    return product

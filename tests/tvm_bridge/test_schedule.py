@@ -226,3 +226,24 @@ def test_only_llvm_targets_get_the_cpu_pipeline():
     assert schedule.relax_pipeline("llvm") is not None
     assert schedule.relax_pipeline({"kind": "cuda"}) is None
     assert "mcpu" in resolve("llvm").tvm_target.attrs
+
+
+EINSUMS = [("tki,tkj->ij", (6, 4, 5), (6, 4, 3)), ("bij,bjk->kib", (2, 3, 4), (2, 4, 5)), ("ij,kj->ik", (3, 4), (5, 4)),
+           ("ijk,jkl->il", (2, 3, 4), (3, 4, 5)), ("ij,ij->", (3, 4), (3, 4)), ("ii->i", (3, 3), None),
+           ("ij,j->i", (3, 4), (4,)), ("ab,cd->abcd", (2, 3), (4, 5))]
+
+
+@pytest.mark.parametrize("spec, a, b", EINSUMS, ids=[spec for spec, *_ in EINSUMS])
+def test_einsum_lowered_as_a_matmul_or_not_matches_interpreter(spec, a, b):
+    operands = [RNG.standard_normal(a)] + ([RNG.standard_normal(b)] if b else [])
+    check_against_interpreter(lambda *x: enp.einsum(spec, *x), *operands)
+
+
+def test_einsum_over_a_symbolic_trip_count_is_one_matmul_for_every_length():
+    program = egad.trace(lambda A, B: enp.einsum("tki,tkj->ij", A, B),
+                         egad.Spec(("T", 4, 5), "float32"), egad.Spec(("T", 4, 3), "float32"))
+    compiled = build(program)
+    assert "R.matmul" in compiled.relax_text and "R.einsum" not in compiled.relax_text
+    for T in (1, 9):
+        A, B = f32(T, 4, 5), f32(T, 4, 3)
+        np.testing.assert_allclose(compiled(A, B), np.einsum("tki,tkj->ij", A, B), rtol=1e-5, atol=1e-5)
