@@ -49,9 +49,12 @@ def _stack(rows: list, layout: str, device):
     for column in zip(*rows):
         first = column[0]
         out = tvm.runtime.empty((len(column), *first.shape), first.dtype, first.device)
-        row_bytes = _nbytes(first)
-        for k, row in enumerate(column):
-            out._create_view(tuple(row.shape), row.dtype, k * row_bytes).copyfrom(row)
+        if first.device.dlpack_device_type() == 1:  # kDLCPU: one numpy stack, ~5 us a row instead of ~15
+            np.stack([np.from_dlpack(row) for row in column], out=np.from_dlpack(out))
+        else:
+            row_bytes = _nbytes(first)
+            for k, row in enumerate(column):
+                out._create_view(tuple(row.shape), row.dtype, k * row_bytes).copyfrom(row)
         stacked.append(out)
     return stacked
 
