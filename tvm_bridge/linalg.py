@@ -61,15 +61,22 @@ def _einsum_as_matmul(bb, args, terms, output, types):
             total = total * dims_of[letter]
         return total
 
-    def operand(k, order, rows, columns):
-        arg, term = operands[k], terms[k]
-        if list(term) != order:
-            arg = bb.emit(relax.op.permute_dims(arg, [term.index(c) for c in order]))
-        return bb.emit(relax.op.reshape(arg, [dims[k][c] for c in batch] + [size(dims[k], rows),
-                                                                            size(dims[k], columns)]))
+    def operand(k, rows, columns):
+        """Operand k as (*batch, rows, columns). When its axes are (*batch, columns,
+        rows), the reshape comes first and a 2-D transpose last, which the matmul
+        schedule reads in place (the weight gradient 'tki,...' is such a case)."""
+        arg, term = operands[k], list(terms[k])
+        batch_dims = [dims[k][c] for c in batch]
+        if term == batch + columns + rows and rows and columns:
+            flat = bb.emit(relax.op.reshape(arg, batch_dims + [size(dims[k], columns), size(dims[k], rows)]))
+            axes = list(range(len(batch)))
+            return bb.emit(relax.op.permute_dims(flat, axes + [len(batch) + 1, len(batch)]))
+        if term != batch + rows + columns:
+            arg = bb.emit(relax.op.permute_dims(arg, [term.index(c) for c in batch + rows + columns]))
+        return bb.emit(relax.op.reshape(arg, batch_dims + [size(dims[k], rows), size(dims[k], columns)]))
 
-    lhs = operand(0, batch + a_free + contracted, a_free, contracted)
-    rhs = operand(1, batch + contracted + b_free, contracted, b_free)
+    lhs = operand(0, a_free, contracted)
+    rhs = operand(1, contracted, b_free)
     product = bb.emit(relax.op.matmul(lhs, rhs))
     product = relax.op.reshape(product, [dims[0][c] for c in batch + a_free] + [dims[1][c] for c in b_free])
     order = batch + a_free + b_free
