@@ -65,10 +65,12 @@ class Target:
 
 
 TARGETS = {
-    # 2-core shared CPU, TVM llvm kernels: DESIGN §6 measured 2-4 us per VM call;
-    # latency is the thread pool's fork/join around a parallel kernel.
-    "cpu": Target("cpu", flops_per_second=20e9, bytes_per_second=10e9, dispatch_seconds=3e-6,
-                  latency_seconds=1e-6, tape_byte_seconds=1 / 10e9),
+    # 2-vCPU shared CPU, TVM llvm kernels with egad's schedules on two threads:
+    # benchmarks/calibrate.py (2026-12-01) measured 95 GFlop/s for RNN-step matmuls,
+    # 57 GB/s elementwise and 2.2 us per small parallel kernel in a loop body (DESIGN
+    # §6: 2-4 us per VM call); latency is the pool's fork/join around a parallel kernel.
+    "cpu": Target("cpu", flops_per_second=90e9, bytes_per_second=50e9, dispatch_seconds=3e-6,
+                  latency_seconds=1e-6, tape_byte_seconds=1 / 50e9),
     # one datacenter GPU (H100/H200 class, fp32 without tensor cores): launch ~4 us of
     # host time; a dependent kernel waits ~3 us for its predecessor to drain.
     "gpu": Target("gpu", flops_per_second=50e12, bytes_per_second=3e12, dispatch_seconds=4e-6,

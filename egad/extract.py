@@ -500,6 +500,11 @@ class _Extractor:
         trips = self.trips[region]
         compute, dispatches = loop_time(trips, self._recurrence(node, inputs), work, kernels,
                                         self.model.critical_path)
+        if node.head == "For":  # the driver copies each trip's ys into the stacked result
+            for ys in node.args[4][len(node.args[3]):]:
+                row = self._concrete(self.types.of(ys))
+                compute += trips * Work(0.0, 2.0 * _nbytes(row)).seconds(self.target)
+                dispatches += trips
         dag.add(number, self.entry(free, compute, dispatches, trips * tape_bytes), self.innermost)
         depth: dict = {}
         for role, _, candidate in inputs:  # the whole loop waits for any outer carried value it reads
@@ -607,6 +612,10 @@ class _Extractor:
         seconds = sum(e.share * self.weight(e.free) * (e.seconds + e.kernels * dispatch) for e in dag.entries.values())
         tape_bytes = sum(e.share * self.weight(e.free) * e.tape_bytes for e in dag.entries.values())
         return PredictedCost(seconds, tape_bytes, dag.flat)
+
+
+def _nbytes(t: TensorType) -> int:
+    return int(np.prod(t.shape, dtype=np.int64)) * np.dtype(t.dtype).itemsize
 
 
 def _longest(depths) -> dict:

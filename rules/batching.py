@@ -149,6 +149,11 @@ def _batch(view, loop: ENode, gets: dict[int, ClassId]) -> bool:
             if plan is not None:
                 plans[k] = (plan, first == acc)
                 break
+    # a sum of one per-step value (a bias gradient, a running loss) is cheap in the loop;
+    # batching it pays only when that value is stacked for a product anyway
+    stacked_for_products = {leaf for plan, _ in plans.values() if len(plan.leaves) > 1 for leaf, _ in plan.leaves}
+    plans = {k: (plan, first) for k, (plan, first) in plans.items()
+             if len(plan.leaves) > 1 or all(leaf in stacked_for_products for leaf, _ in plan.leaves)}
     # the new loop computes everything but the batched accumulators: none of it may read them
     while plans:
         kept = [k for k in range(n_state) if k not in plans]

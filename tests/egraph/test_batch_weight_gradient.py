@@ -176,8 +176,9 @@ def test_gate_by_gate_lstm_gradient_keeps_results(args):
 
 
 def accumulators(xs, W, h0, A0, b0, C0, D0):
-    """Four accumulators, four forms: x^T @ h, a sum over the batch, an einsum, and a
-    product with the invariant W (which is not stacked)."""
+    """Four accumulators, four forms: x^T @ h, a sum over the batch (of h * h, which
+    no product stacks, so it stays in the loop), an einsum, and a product with the
+    invariant W (which is not stacked)."""
     def step(t, carry):
         h, A, b, C, D = carry
         x = xs[t]
@@ -198,10 +199,10 @@ ACCUMULATOR_SHAPES = dict(xs=(4, 2, 3), W=(3, 5), h0=(2, 5), A0=(3, 5), b0=(5,),
 @given(args=st.fixed_dictionaries({name: floats(*shape) for name, shape in ACCUMULATOR_SHAPES.items()}))
 def test_several_accumulators_of_different_forms_keep_results(args):
     args = tuple(args[name] for name in ACCUMULATOR_SHAPES)
-    check("accumulators", lambda: egad.trace(accumulators, *args), args, batched=4)
+    check("accumulators", lambda: egad.trace(accumulators, *args), args, batched=3)
     _, latest, _ = optimized("accumulators", None)
     specs = sorted(b.attrs["spec"] for b in latest.program.region.bindings if b.op == "einsum")
-    assert specs == sorted(["tki,tkj->ij", "tab->b", "tbi,tbj->ij", "tik,kj->ij"])  # W is read as it is
+    assert specs == sorted(["tki,tkj->ij", "tbi,tbj->ij", "tik,kj->ij"])  # W is read as it is
 
 
 def feedback(xs, W, h0, A0):
@@ -262,7 +263,8 @@ def test_saturating_again_batches_nothing_new():
 # --- (c) the old and the new loop pop the same tapes --------------------------------------------------
 
 def test_an_extraction_never_takes_outputs_from_both_loops():
-    """With a target where the loop is latency-bound and dispatch nearly free, the
+    """With a target where the loop is latency-bound, dispatch nearly free and copies
+    cheap (the new loop stacks its per-step operands), the
     greedy per-class choice takes dh0 from the new loop (a little cheaper) and dW, dU
     from the old one (their einsums cost more than the per-step matmuls hidden under
     the recurrence): both loops would pop the forward loop's tapes. `extract` sees the
@@ -270,7 +272,7 @@ def test_an_extraction_never_takes_outputs_from_both_loops():
     args = tuple(np.random.default_rng(3).normal(size=shape) for shape in RNN_SHAPES.values())
     gradient = rnn_gradient(args, wrt=(0, 1, 3))
     target = dataclasses.replace(TARGETS["cpu"], dispatch_seconds=1e-7, latency_seconds=1.0,
-                                 flops_per_second=1e6, bytes_per_second=1e9)
+                                 flops_per_second=1e6, bytes_per_second=1e10)
     model = CostModel(target)
     encoding = encode(gradient)
     saturate(encoding, families=["batching"])

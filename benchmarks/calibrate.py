@@ -1,0 +1,114 @@
+"""Calibrate the cost model's CPU constants (egad/cost_model.py, TARGETS["cpu"]) on
+this machine, from compiled loops (so every figure includes what a kernel costs
+inside a loop body: the Relax VM's call, allocation and checks):
+
+- dispatch: the slope of time per iteration against the number of small,
+  dependent matmuls in the body ((32, 64) @ (64, 64): scheduled in parallel, so it
+  pays the thread pool's fork/join), less their work; the slope for 1x1 matmuls
+  (serial, no work) is printed beside it;
+- flops per second: matmuls of the sizes an RNN runs per step, in a loop;
+- bytes per second: an elementwise kernel over 256k float32, in a loop.
+
+It prints the measured values beside the model's and writes
+results/calibrate.json. The constants in cost_model.py are copied from a run of this
+benchmark (the date and machine are in the comment there).
+
+    python -m benchmarks.calibrate
+"""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("EGAD_DISK_CACHE", "0")
+
+import json  # noqa: E402
+import pathlib  # noqa: E402
+import platform  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+import tvm  # noqa: E402
+
+import egad  # noqa: E402
+import egad.numpy as enp  # noqa: E402
+from egad.cost_model import TARGETS  # noqa: E402
+from egad.tvm_bridge import build  # noqa: E402
+
+RESULTS = pathlib.Path(__file__).parent / "results"
+TRIPS = 200
+RNG = np.random.default_rng(0)
+
+
+def per_iteration(body, h0, *invariants) -> float:
+    """Median seconds per iteration of `h = body(h, *invariants)` run TRIPS times."""
+    def loop(h, *c):
+        return egad.fori_loop(0, TRIPS, lambda t, state: body(state, *c), h)
+
+    args = (h0, *invariants)
+    compiled = build(egad.trace(loop, *args))
+    tensors = [tvm.runtime.tensor(a, tvm.cpu()) for a in args]
+    compiled(*tensors)
+    times = []
+    for _ in range(7):
+        start = time.perf_counter()
+        compiled(*tensors)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) / TRIPS
+
+
+def f32(*shape, scale=0.05):
+    return (RNG.standard_normal(shape) * scale).astype(np.float32)
+
+
+def chain(k):
+    def body(h, w):
+        for _ in range(k):
+            h = h @ w
+        return h
+    return body
+
+
+def main() -> int:
+    one = np.ones((1, 1), np.float32)
+    kernels = (1, 5, 9)
+    times = [per_iteration(chain(k), one, one) for k in kernels]
+    tiny = float(np.polyfit(kernels, times, 1)[0])
+    # a small kernel big enough to be scheduled in parallel pays the thread pool's fork/join
+    small = [per_iteration(chain(k), f32(32, 64), f32(64, 64, scale=0.1)) for k in kernels]
+    parallel = float(np.polyfit(kernels, small, 1)[0])
+
+    rates = []
+    for m, k, n in [(32, 256, 256), (32, 256, 1024), (32, 128, 1024)]:
+        seconds = per_iteration(lambda h, w, back: (h @ w) @ back, f32(m, k), f32(k, n), f32(n, k)) - times[0]
+        rates.append(2 * 2 * m * k * n / seconds)  # two matmuls per iteration
+    flops = statistics.median(rates)
+
+    n = 256 * 1024
+    seconds = per_iteration(lambda h: h * 0.5 + 1.0, f32(n)) - times[0] + tiny
+    bandwidth = 2 * 4 * n / seconds
+
+    dispatch = parallel - 2 * 32 * 64 * 64 / flops
+    print(f"a tiny serial kernel costs {tiny * 1e6:.2f} us in a loop; a small parallel one {parallel * 1e6:.2f} us")
+    model = TARGETS["cpu"]
+    rows = [("dispatch seconds (per kernel in a loop)", dispatch, model.dispatch_seconds),
+            ("flops per second (RNN-step matmuls)", flops, model.flops_per_second),
+            ("bytes per second (elementwise)", bandwidth, model.bytes_per_second)]
+    print(f"{'constant':42s} {'measured':>12s} {'cost model':>12s}")
+    for name, measured, modelled in rows:
+        print(f"{name:42s} {measured:12.4g} {modelled:12.4g}")
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / "calibrate.json"
+    out.write_text(json.dumps({"machine": platform.platform(), "processor": platform.processor(),
+                               "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d"),
+                               "measured": {"dispatch_seconds": dispatch, "flops_per_second": flops,
+                                            "bytes_per_second": bandwidth},
+                               "model": {"dispatch_seconds": model.dispatch_seconds,
+                                         "flops_per_second": model.flops_per_second,
+                                         "bytes_per_second": model.bytes_per_second}}, indent=2))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
