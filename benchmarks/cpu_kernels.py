@@ -10,10 +10,9 @@ measured side by side in one run:
 egad is timed twice: as a user calls it ("call": numpy arguments copied into TVM
 tensors, results copied out) and the compiled code alone ("compiled": the Relax VM's
 main on TVM tensors made beforehand), which is what the schedules decide. Ratios are
-egad / numpy for each. numpy runs on one OpenBLAS thread (set below,
-before numpy is imported: OpenBLAS and TVM thread pools oversubscribe the cores
-when both run multi-threaded). TVM's pool keeps its default (TVM_NUM_THREADS, else
-half the hardware threads).
+egad / numpy for each. Both run on one thread, like for like (set below, before
+numpy and TVM are imported; egad otherwise gives TVM's pool every CPU,
+tvm_bridge/__init__.py): the target is "within 1.25x of single-threaded numpy".
 
     python -m benchmarks.cpu_kernels        # prints a table, writes results/cpu_kernels.json
 """
@@ -21,14 +20,12 @@ from __future__ import annotations
 
 import os
 
-for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "TVM_NUM_THREADS"):
     os.environ.setdefault(_variable, "1")
 
 import json  # noqa: E402
 import pathlib  # noqa: E402
 import platform  # noqa: E402
-import statistics  # noqa: E402
-import time  # noqa: E402
 
 import numpy as np  # noqa: E402
 import tvm  # noqa: E402
@@ -39,13 +36,14 @@ import egad.numpy as enp  # noqa: E402
 from egad.tvm_bridge import build  # noqa: E402
 
 from . import lstm  # noqa: E402
+from .timing import median_seconds  # noqa: E402
 
 RESULTS = pathlib.Path(__file__).parent / "results"
 M, K, N = 32, 512, 1024
 B, I, H = 32, 128, 256
 WRT = (0, 1, 2)  # gradients with respect to Wx, Wh, b
 TARGETS = {"matmul": 1.25, "lstm_cell": 1.5}
-ROUNDS = 7  # medians over rounds; each round times a batch of calls of each side, interleaved
+ROUNDS = 7  # medians over rounds (benchmarks/timing.py); each round times a batch of calls of each side
 
 
 def lstm_cell_loss(Wx, Wh, b, x, h, c):
@@ -71,28 +69,6 @@ def lstm_cell_numpy(Wx, Wh, b, x, h, c):
     return loss, (x.T @ d_gates, h.T @ d_gates, d_gates.sum(axis=0))
 
 
-def _median_seconds(calls: dict, rounds: int = ROUNDS) -> dict:
-    """Median seconds per call of each callable, the sides interleaved round by round
-    so that load from other processes falls on both."""
-    for call in calls.values():
-        call()  # warm-up
-    per_call = {name: [] for name in calls}
-    for _ in range(rounds):
-        for name, call in calls.items():
-            batch = _batch_size(call)
-            start = time.perf_counter()
-            for _ in range(batch):
-                call()
-            per_call[name].append((time.perf_counter() - start) / batch)
-    return {name: statistics.median(times) for name, times in per_call.items()}
-
-
-def _batch_size(call, seconds: float = 0.05) -> int:
-    start = time.perf_counter()
-    call()
-    return max(1, int(seconds / max(time.perf_counter() - start, 1e-6)))
-
-
 def _compiled_code(compiled, args):
     """A call of the compiled code alone: the VM's main on TVM tensors made once
     (tvm_bridge passes the loop driver's invoke_closure first)."""
@@ -107,7 +83,7 @@ def _matmul_row(rng) -> dict:
     b = rng.standard_normal((K, N)).astype(np.float32)
     compiled = build(egad.trace(lambda a, b: a @ b, a, b))
     np.testing.assert_allclose(compiled(a, b), a @ b, rtol=1e-4, atol=1e-3)
-    times = _median_seconds({"egad_call": lambda: compiled(a, b), "egad_compiled": _compiled_code(compiled, (a, b)),
+    times = median_seconds(rounds=ROUNDS, calls={"egad_call": lambda: compiled(a, b), "egad_compiled": _compiled_code(compiled, (a, b)),
                              "numpy": lambda: a @ b})
     return {"name": "matmul", "shape": f"({M}x{K}) @ ({K}x{N}) float32", **times}
 
@@ -126,7 +102,7 @@ def _lstm_row(rng) -> dict:
     np.testing.assert_allclose(value, expected_value, rtol=1e-4)
     for got, expected in zip(grads, expected_grads):
         np.testing.assert_allclose(got, expected, rtol=1e-3, atol=1e-3)
-    times = _median_seconds({"egad_call": lambda: optimized(*args), "egad_compiled": _compiled_code(compiled, args),
+    times = median_seconds(rounds=ROUNDS, calls={"egad_call": lambda: optimized(*args), "egad_compiled": _compiled_code(compiled, args),
                              "numpy": lambda: lstm_cell_numpy(*args)})
     return {"name": "lstm_cell", "shape": f"B={B} I={I} H={H} float32, value + grads of (Wx, Wh, b)", **times}
 

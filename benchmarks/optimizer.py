@@ -1,0 +1,227 @@
+"""What the e-graph optimizer gains (issue 5, item 6), side by side in one run:
+
+- lstm: `benchmarks/lstm_lm.py` (gate by gate, B=32, I=128, H=256, T=64, float32),
+  loss and gradients with respect to every weight: `egad.optimize` with the default
+  rule families against `rules=()` (target: >= 1.5x faster);
+- gnmt: `benchmarks/gnmt_lite.py`, config `small`, one training step's loss and
+  gradients (target: >= 1.3x faster);
+- corpus: every corpus gradient program (tests/programs) with default rules against
+  `rules=()` (target: none more than 1.05x slower), and the time to optimize and
+  build each one (target: median <= 5 s);
+- ranking: alternative extractions of the LSTM (families switched off, the flat cost
+  model), the cost model's predicted time against the measured time: the Spearman
+  rank correlation (target: >= 0.8).
+
+Step times are medians of interleaved rounds (benchmarks/timing.py) of calls as a
+user makes them (numpy in, numpy out). Every optimized result is checked against
+`rules=()` before it is timed. Builds go through the memory cache only
+(EGAD_DISK_CACHE=0), so "optimize + build" is a real build.
+
+    python -m benchmarks.optimizer                    # all sections
+    python -m benchmarks.optimizer lstm ranking       # some of them
+"""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("EGAD_DISK_CACHE", "0")
+for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_variable, "1")
+
+import json  # noqa: E402
+import pathlib  # noqa: E402
+import platform  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+import egad  # noqa: E402
+from egad import rules  # noqa: E402
+from egad.pytree import flatten  # noqa: E402
+
+from . import gnmt_lite, lstm_lm  # noqa: E402
+from .timing import median_seconds  # noqa: E402
+
+RESULTS = pathlib.Path(__file__).parent / "results"
+TARGETS = {"lstm": 1.5, "gnmt": 1.3, "corpus_slowdown": 1.05, "optimize_build_s": 5.0, "spearman": 0.8}
+ROUNDS = 7
+
+
+def _check_close(got, want, context: str, rtol: float = 1e-3) -> float:
+    """The largest relative error of `got` against `want` (each leaf scaled by its own
+    size); raises when above `rtol`, so nothing wrong is ever timed."""
+    worst = 0.0
+    for g, w in zip(flatten(got)[0], flatten(want)[0]):
+        g, w = np.asarray(g, np.float64), np.asarray(w, np.float64)
+        scale = max(float(np.max(np.abs(w), initial=0.0)), 1e-30)
+        worst = max(worst, float(np.max(np.abs(g - w), initial=0.0)) / scale)
+    if worst > rtol:
+        raise AssertionError(f"{context}: optimized results differ from rules=() by {worst:.3g} (relative)")
+    return worst
+
+
+def _side_by_side(name: str, program, wrt, args, target_ratio: float) -> dict:
+    started = time.perf_counter()
+    optimized = egad.optimize(program, wrt=wrt)
+    optimized_result = optimized(*args)
+    optimize_seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    plain = egad.optimize(program, wrt=wrt, rules=())
+    plain_result = plain(*args)
+    plain_seconds = time.perf_counter() - started
+    error = _check_close(optimized_result, plain_result, name)
+    times = median_seconds({"rules=()": lambda: plain(*args), "default": lambda: optimized(*args)}, ROUNDS)
+    (optimization,) = optimized.optimizations
+    return {"workload": name, "rules=() ms": times["rules=()"] * 1e3, "default ms": times["default"] * 1e3,
+            "speed-up": times["rules=()"] / times["default"], "target": target_ratio,
+            "optimize+build s": optimize_seconds, "build only s": plain_seconds, "relative error": error,
+            "fallback": optimization.fallback, "rules extracted": dict(optimization.chosen),
+            "predicted speed-up": optimization.predicted_before.seconds / optimization.predicted_after.seconds}
+
+
+def lstm_section(T: int = 64) -> list[dict]:
+    args = lstm_lm.arguments(T)
+    return [_side_by_side(f"lstm_lm T={T}", egad.trace(lstm_lm.loss, *args), lstm_lm.WRT, args, TARGETS["lstm"])]
+
+
+def gnmt_section(config: str = "small") -> list[dict]:
+    params = gnmt_lite.init_params(config)
+    src, tgt = gnmt_lite.make_batch(config)
+    program = egad.trace(gnmt_lite.loss, params, src, tgt)
+    return [_side_by_side(f"gnmt_lite {config}", program, (0,), (params, src, tgt), TARGETS["gnmt"])]
+
+
+def corpus_section() -> list[dict]:
+    from tests.ad.gradcheck import scalar_loss, to_float64
+    from tests.programs import all_programs
+
+    rows = []
+    for program in all_programs():
+        if not program.differentiable_argnums:
+            continue
+        args = to_float64(program.make_args(np.random.default_rng(1)))
+        traced = egad.trace(scalar_loss(program.fn, 0), *args, static_argnums=program.static_argnums)
+        row = _side_by_side(program.name, traced, program.differentiable_argnums, args, 1 / TARGETS["corpus_slowdown"])
+        rows.append(row)
+        print(f"  {program.name:24s} {row['speed-up']:5.2f}x  optimize+build {row['optimize+build s']:.2f} s",
+              flush=True)
+    return rows
+
+
+# Alternative extractions of the LSTM: the rule families switched on and off, and the
+# flat cost model, each a different program with a predicted and a measured time.
+ALTERNATIVES = {
+    "no rewrites": [],
+    "algebra": ["algebra", "ad_simplify"],
+    "loop invariants": ["algebra", "ad_simplify", "loop_invariant"],
+    "batching": ["batching"],
+    "fusion": ["fusion"],
+    "batching+fusion": ["batching", "fusion"],
+    "all but batching": [f.name for f in rules.default() if f.name != "batching"],
+    "all but fusion": [f.name for f in rules.default() if f.name != "fusion"],
+    "all": [f.name for f in rules.default()],
+}
+
+
+def ranking_section(T: int = 64) -> dict:
+    from egad.optimizer import optimize_program
+
+    args = lstm_lm.arguments(T)
+    gradient = egad.value_and_grad(egad.trace(lstm_lm.loss, *args), wrt=lstm_lm.WRT)
+    reference = egad.optimize(egad.trace(lstm_lm.loss, *args), wrt=lstm_lm.WRT, rules=())(*args)
+    calls, predicted = {}, {}
+    for name, families in ALTERNATIVES.items():
+        result = optimize_program(gradient, families, check_args=args)
+        if result.fallback:
+            raise AssertionError(f"ranking alternative {name!r} fell back: {result.fallback}")
+        predicted[name] = result.predicted_after.seconds
+        compiled = egad.optimize(result.program, wrt=None, rules=())
+        _check_close(compiled(*args), reference, name)
+        calls[name] = (lambda c: lambda: c(*args))(compiled)
+        print(f"  built {name:18s} predicted {predicted[name] * 1e3:8.2f} ms", flush=True)
+    measured = median_seconds(calls, ROUNDS)
+    names = list(ALTERNATIVES)
+    rho = spearman([predicted[n] for n in names], [measured[n] for n in names])
+    return {"alternatives": [{"alternative": n, "families": ALTERNATIVES[n], "predicted ms": predicted[n] * 1e3,
+                              "measured ms": measured[n] * 1e3} for n in names],
+            "spearman": rho, "target": TARGETS["spearman"],
+            "measured spread": max(measured.values()) / min(measured.values())}
+
+
+def spearman(xs, ys) -> float:
+    """Spearman's rank correlation (ties get their mean rank)."""
+    rx, ry = _ranks(xs), _ranks(ys)
+    mx, my = statistics.mean(rx), statistics.mean(ry)
+    covariance = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    spread = (sum((a - mx) ** 2 for a in rx) * sum((b - my) ** 2 for b in ry)) ** 0.5
+    return covariance / spread if spread else 0.0
+
+
+def _ranks(values) -> list[float]:
+    order = sorted(range(len(values)), key=lambda k: values[k])
+    ranks = [0.0] * len(values)
+    k = 0
+    while k < len(order):
+        j = k
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[k]]:
+            j += 1
+        for m in range(k, j + 1):
+            ranks[order[m]] = (k + j) / 2 + 1
+        k = j + 1
+    return ranks
+
+
+SECTIONS = {"lstm": lstm_section, "gnmt": gnmt_section, "corpus": corpus_section, "ranking": ranking_section}
+
+
+def _print_rows(rows: list[dict]) -> None:
+    print(f"  {'workload':24s} {'rules=() ms':>12s} {'default ms':>11s} {'speed-up':>9s} {'target':>7s} "
+          f"{'predicted':>9s} {'opt+build s':>11s}  rules extracted")
+    for row in rows:
+        extracted = ", ".join(sorted(row["rules extracted"])) or "-"
+        if row["fallback"]:
+            extracted = f"FALLBACK: {row['fallback']}"
+        print(f"  {row['workload']:24s} {row['rules=() ms']:12.2f} {row['default ms']:11.2f} "
+              f"{row['speed-up']:8.2f}x {row['target']:6.2f}x {row['predicted speed-up']:8.2f}x "
+              f"{row['optimize+build s']:11.2f}  {extracted[:90]}")
+
+
+def main(argv=None) -> int:
+    chosen = (argv if argv is not None else sys.argv[1:]) or list(SECTIONS)
+    unknown = [name for name in chosen if name not in SECTIONS]
+    if unknown:
+        print(f"unknown sections {unknown}; choose from {list(SECTIONS)}")
+        return 2
+    results = {}
+    for name in chosen:
+        print(f"== {name}", flush=True)
+        result = SECTIONS[name]()
+        results[name] = result
+        if name == "ranking":
+            print(f"  {'alternative':20s} {'predicted ms':>13s} {'measured ms':>12s}")
+            for row in result["alternatives"]:
+                print(f"  {row['alternative']:20s} {row['predicted ms']:13.2f} {row['measured ms']:12.2f}")
+            print(f"  Spearman rank correlation {result['spearman']:.2f} (target >= {result['target']}); "
+                  f"measured times span {result['measured spread']:.2f}x")
+        else:
+            _print_rows(result)
+            if name == "corpus":
+                slow = [r["workload"] for r in result if r["speed-up"] < 1 / TARGETS["corpus_slowdown"]]
+                build_median = statistics.median(r["optimize+build s"] for r in result)
+                print(f"  slower than rules=() by more than {TARGETS['corpus_slowdown']}x: {slow or 'none'}; "
+                      f"optimize+build median {build_median:.2f} s (target <= {TARGETS['optimize_build_s']} s)")
+    RESULTS.mkdir(exist_ok=True)
+    out = RESULTS / "optimizer.json"
+    previous = json.loads(out.read_text()) if out.exists() else {}
+    previous.update(results)
+    previous.update({"machine": platform.platform(), "processor": platform.processor(), "cpus": os.cpu_count(),
+                     "egad": egad.__version__, "rounds": ROUNDS, "targets": TARGETS})
+    out.write_text(json.dumps(previous, indent=2, default=str))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
