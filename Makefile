@@ -37,3 +37,5 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.memory
 	$(BIN)/python -m benchmarks.compile_time
 	$(BIN)/python -m benchmarks.cpu_kernels
+	$(BIN)/python -m benchmarks.calibrate
+	$(BIN)/python -m benchmarks.optimizer
