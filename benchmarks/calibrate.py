@@ -31,7 +31,6 @@ import numpy as np  # noqa: E402
 import tvm  # noqa: E402
 
 import egad  # noqa: E402
-import egad.numpy as enp  # noqa: E402
 from egad.cost_model import TARGETS  # noqa: E402
 from egad.tvm_bridge import build  # noqa: E402
 

@@ -14,6 +14,7 @@ disk (tvm_bridge/cache.py), so a program built before is loaded, not compiled.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import numpy as np
@@ -93,24 +94,44 @@ class Optimized:
     def _build(self, program: Program, check_args):
         from . import ad
         from .optimizer import optimize_program
-        from .tvm_bridge import build
 
         started = time.perf_counter()
         if self.wrt is not None:
             program = ad.value_and_grad(program, wrt=self.wrt, has_aux=self.has_aux)
         self.timings["differentiate"] += time.perf_counter() - started
+        original = program
+        optimization = None
         if self.families:
             optimization = optimize_program(program, self.families, self.target,
                                             check_args=check_args if self.check else None)
-            self.optimizations.append(optimization)
             for phase, seconds in optimization.timings.items():
                 self.timings[phase] = self.timings.get(phase, 0.0) + seconds
             program = optimization.program
-        compiled = build(program, target=self.target)
+        compiled = self._compile(program)
+        if optimization is not None and program is not original and self.check and _runs_here(self.target):
+            # never worse than doing nothing, measured: the cost model's guess is not the last word
+            started = time.perf_counter()
+            baseline = self._compile(original)
+            optimized_seconds, original_seconds = _time_side_by_side(compiled, baseline, check_args)
+            optimization = dataclasses.replace(optimization, measured=(optimized_seconds, original_seconds))
+            if optimized_seconds > original_seconds:
+                optimization.fallback = (f"measured slower than the original on the example inputs "
+                                         f"({optimized_seconds * 1e3:.3g} ms against {original_seconds * 1e3:.3g} "
+                                         f"ms); the original program is built")
+                compiled, program = baseline, original
+            self.timings["measure"] = self.timings.get("measure", 0.0) + time.perf_counter() - started
+        if optimization is not None:
+            self.optimizations.append(optimization)
         self._built_programs[id(compiled)] = program
-        self.timings["lower and build"] = self.timings.get("lower and build", 0.0) + compiled.build_seconds
         self.builds += 1
         self.origins[compiled.origin] += 1
+        return compiled
+
+    def _compile(self, program: Program):
+        from .tvm_bridge import build
+
+        compiled = build(program, target=self.target)
+        self.timings["lower and build"] = self.timings.get("lower and build", 0.0) + compiled.build_seconds
         return compiled
 
     def _base(self):
@@ -154,6 +175,29 @@ class Optimized:
                  f"  disk cache: {disk}" + (f"; {cache.disk_problem}" if cache.disk_problem else "")]
         lines += [f"  {phase}: {seconds * 1e3:.1f} ms" for phase, seconds in self.timings.items()]
         return "\n".join(lines)
+
+
+def _runs_here(target) -> bool:
+    """Whether compiled code for `target` runs on this machine's CPU (where it can be timed)."""
+    from .tvm_bridge.targets import resolve
+
+    return resolve(target).kind == "llvm"
+
+
+def _time_side_by_side(first, second, args, budget_seconds: float = 2.0, rounds: int = 5) -> tuple[float, float]:
+    """Median seconds per call of two compiled programs on `args`, interleaved round
+    by round (so other load falls on both), within about `budget_seconds`."""
+    first(*args), second(*args)  # warm-up: first calls set up the VM
+    times: tuple[list, list] = ([], [])
+    deadline = time.perf_counter() + budget_seconds
+    for _ in range(rounds):
+        for compiled, spent in zip((first, second), times):
+            started = time.perf_counter()
+            compiled(*args)
+            spent.append(time.perf_counter() - started)
+        if time.perf_counter() > deadline:
+            break
+    return float(np.median(times[0])), float(np.median(times[1]))
 
 
 def _shapes_text(program: Program) -> str:

@@ -49,6 +49,7 @@ class Optimization:
     fallback: str | None = None  # why the original program is used, or None
     timings: dict = dataclasses.field(default_factory=dict)  # phase -> seconds
     cached: bool = False
+    measured: tuple | None = None  # (optimized, original) seconds per call, when egad.optimize timed both
 
     def lines(self) -> list[str]:
         """The report's lines (indented for `Optimized.report()`)."""
@@ -74,6 +75,10 @@ class Optimization:
             out.append("  critical path (per loop: the carried chain that must run trip after trip):")
             out += ["    " + str(path) for path in self.critical_path]
         out.append("  checkpointing: store-all (every taped residual kept; GradLoop policies are not written yet)")
+        if self.measured is not None:
+            optimized, original = self.measured
+            out.append(f"  measured on the example inputs: {optimized * 1e3:.3g} ms optimized, "
+                       f"{original * 1e3:.3g} ms original ({original / optimized:.2f}x)")
         if "check" not in self.timings and not self.fallback:
             out.append("  check against the original: not run (no example inputs, or check=False)")
         out.append(f"  fallback: {self.fallback}" if self.fallback else "  fallback: none")
