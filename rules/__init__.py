@@ -7,7 +7,8 @@ order the schedule (egad/egraph/schedule.py) runs them:
     algebra         identities: x * 1, -(-x), transpose/reshape pairs, distributivity that saves work
     ad_simplify     adjoint clean-up: zero accumulations, scatters into sums, seed broadcasts
     loop_invariant  reassociate so invariant work becomes a subterm placement hoists
-    batching        take(X, i) @ U -> take(X @ U, i): per-step work on rows of X, batched
+    batching        take(X, i) @ U -> take(X @ U, i): per-step work on rows of X, batched;
+                    acc += A_t^T @ B_t in a loop -> one contraction after it (transformer)
     fusion          x @ W1, ..., x @ Wk -> one matmul on concatenated weights (transformer)
     control         constant predicates, results every branch agrees on
     checkpoint      (not written yet) GradLoop policies
