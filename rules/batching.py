@@ -100,11 +100,7 @@ class _Contraction:
                       "one large contraction instead of a small matmul, a transpose and an add per step")
 def batch_weight_gradients(view) -> int:
     snapshot = view.snapshot
-    outputs: dict[ClassId, dict[int, ClassId]] = {}  # loop class -> {output index: its Get class}
-    for cid, members in snapshot.nodes.items():
-        for node in members:
-            if node.head == "Get":
-                outputs.setdefault(node.args[0], {})[node.args[1]] = cid
+    outputs = view.outputs()  # loop class -> {output index: its Get class}
     batched, touched = 0, set()
     for cid, members in snapshot.nodes.items():
         for node in members:

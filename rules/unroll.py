@@ -34,11 +34,7 @@ MAX_COPIES = 160  # body classes x trips: copies nest step by step, and stable f
                                          "written out: no loop driver, no per-step dispatch of each kernel")
 def unroll_short_loops(view) -> int:
     snapshot = view.snapshot
-    outputs: dict[ClassId, dict[int, ClassId]] = {}  # loop class -> {output index: its Get class}
-    for cid, members in snapshot.nodes.items():
-        for node in members:
-            if node.head == "Get":
-                outputs.setdefault(node.args[0], {})[node.args[1]] = cid
+    outputs = view.outputs()  # loop class -> {output index: its Get class}
     unrolled = 0
     for cid, members in snapshot.nodes.items():
         for node in members:

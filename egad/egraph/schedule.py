@@ -105,6 +105,16 @@ class TransformView:
         origins = self.editor.origins
         return min((origins[n].order for n in self.snapshot.nodes[cid] if n in origins), default=1 << 62)
 
+    def outputs(self) -> dict[ClassId, dict[int, ClassId]]:
+        """For every node class with several outputs (a loop, a branch): output index ->
+        the class of its `Get`."""
+        outputs: dict[ClassId, dict[int, ClassId]] = {}
+        for cid, members in self.snapshot.nodes.items():
+            for node in members:
+                if node.head == "Get":
+                    outputs.setdefault(node.args[0], {})[node.args[1]] = cid
+        return outputs
+
     def union(self, cid: ClassId, node: ENode) -> None:
         """The class `cid` also holds `node` (fields: class ids, nested nodes, primitives)."""
         self.editor.union(cid, node, self.site)
