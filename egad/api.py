@@ -101,18 +101,18 @@ class Optimized:
         self.timings["differentiate"] += time.perf_counter() - started
         original = program
         optimization = None
+        examples = check_args if self.check else None  # None: no example inputs to check or time on
         if self.families:
-            optimization = optimize_program(program, self.families, self.target,
-                                            check_args=check_args if self.check else None)
+            optimization = optimize_program(program, self.families, self.target, check_args=examples)
             for phase, seconds in optimization.timings.items():
                 self.timings[phase] = self.timings.get(phase, 0.0) + seconds
             program = optimization.program
         compiled = self._compile(program)
-        if optimization is not None and program is not original and self.check and _runs_here(self.target):
+        if optimization is not None and program is not original and examples is not None and _runs_here(self.target):
             # never worse than doing nothing, measured: the cost model's guess is not the last word
             started = time.perf_counter()
             baseline = self._compile(original)
-            optimized_seconds, original_seconds = _time_side_by_side(compiled, baseline, check_args)
+            optimized_seconds, original_seconds = _time_side_by_side(compiled, baseline, examples)
             optimization = dataclasses.replace(optimization, measured=(optimized_seconds, original_seconds))
             if optimized_seconds > original_seconds:
                 optimization.fallback = (f"measured slower than the original on the example inputs "

@@ -87,6 +87,18 @@ def test_the_report_names_rules_costs_the_critical_path_and_phases():
     assert optimization.predicted_after.total <= optimization.predicted_before.total
 
 
+def test_the_build_can_be_inspected_before_any_call():
+    """Without a call there are no example inputs: nothing to check or time, so the
+    report says the check did not run (and relax_text still builds)."""
+    args = gated_args(T=4)
+    f = egad.optimize(egad.trace(gated_rnn, *args), wrt=(0,))
+    assert "R.function" in f.relax_text
+    report = f.report()
+    assert "check against the original: not run" in report and "measured on the example inputs" not in report
+    value, _ = f(*args)
+    np.testing.assert_allclose(value, egad.interpret(egad.trace(gated_rnn, *args), *args), rtol=1e-12)
+
+
 def test_a_program_the_optimizer_makes_slower_is_built_as_written(monkeypatch):
     """The measured guard: when the optimized build is slower on the example inputs,
     the original is built (timings forced here, since real ones are noisy)."""
