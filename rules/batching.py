@@ -46,7 +46,7 @@ from egglog import i64, var, vars_
 from egad.egraph.analysis import invariant_in, rank_of
 from egad.egraph.attrs import NO_ATTRS, attrs_node
 from egad.egraph.encoding import RegionInfo
-from egad.egraph.enode import ClassId, ENode, children
+from egad.egraph.enode import ClassId, ENode, children, post_order
 from egad.egraph.language import Term, op
 from egad.egraph.placement import CONTROL_HEADS
 from egad.errors import EgadError
@@ -289,27 +289,23 @@ def _body(view, region: int, starts, invariant):
             earliest[cid] = min(recorded, key=lambda n: origins[n].order) if recorded else None
         return earliest[cid]
 
-    reading: dict[ClassId, bool] = {}  # class -> reads the loop's Args
-    visiting: set[ClassId] = set()
-    stack = [(c, False) for c in starts]
-    while stack:
-        cid, expanded = stack.pop()
+    def term_reads(cid: ClassId) -> list[ClassId]:
         node = node_of(cid)
-        if expanded:
-            visiting.discard(cid)
-            reading[cid] = node == ENode("Arg", (region, node.args[1])) if node.head == "Arg" else \
-                any(reading[c] for c in children(node) if c.sort == "Term")
-            continue
-        if cid in reading:
-            continue
+        return [] if cid in invariant or node is None else [c for c in children(node) if c.sort == "Term"]
+
+    cycles: list[ClassId] = []
+    order = post_order(starts, term_reads, cycles.append)
+    if cycles or any(node_of(cid) is None for cid in order if cid not in invariant):
+        return None  # a cycle through the earliest nodes, or nothing recorded
+    reading: dict[ClassId, bool] = {}  # class -> reads the loop's Args
+    for cid in order:
+        node = node_of(cid)
         if cid in invariant:
             reading[cid] = False
-            continue
-        if node is None or cid in visiting:
-            return None  # nothing recorded, or a cycle through the earliest nodes
-        visiting.add(cid)
-        stack.append((cid, True))
-        stack.extend((c, False) for c in children(node) if c.sort == "Term" and c not in reading)
+        elif node.head == "Arg":
+            reading[cid] = node == ENode("Arg", (region, node.args[1]))
+        else:
+            reading[cid] = any(reading[c] for c in children(node) if c.sort == "Term")
 
     body: dict[ClassId, ENode] = {}
     reads: set[int] = set()
@@ -337,28 +333,11 @@ def _copy(body: dict[ClassId, ENode], arg, record) -> dict[ClassId, ENode]:
     """Each body class's node rebuilt over the copies of its inputs, `arg(i)` for `Arg(loop, i)`,
     each passed to `record(class, copy)` in dependency order (no recursion: a body can be a long chain)."""
     copies: dict[ClassId, ENode] = {}
-    for cid in _post_order(body):
+    for cid in post_order(body, lambda cid: [c for c in children(body[cid]) if c in body]):
         node = body[cid]
         copies[cid] = record(cid, arg(node.args[1]) if node.head == "Arg" else
                              ENode(node.head, tuple(_substitute(field, copies) for field in node.args)))
     return copies
-
-
-def _post_order(body: dict[ClassId, ENode]) -> list[ClassId]:
-    order, done = [], set()
-    for root in body:
-        stack = [(root, False)]
-        while stack:
-            cid, expanded = stack.pop()
-            if expanded:
-                order.append(cid)
-                continue
-            if cid in done:
-                continue
-            done.add(cid)
-            stack.append((cid, True))
-            stack.extend((c, False) for c in children(body[cid]) if c in body and c not in done)
-    return order
 
 
 def _substitute(field, copies):

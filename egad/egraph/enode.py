@@ -58,3 +58,31 @@ def children(node: ENode):
             stack.extend(reversed(field))
         elif isinstance(field, (ENode, Handle, ClassId)):
             yield field
+
+
+def post_order(roots, reads, on_cycle=None) -> list:
+    """Every item reachable from `roots` through `reads(item)`, each after everything
+    it reads. Iterative, since a loop body can be a chain thousands of nodes long. A
+    read of an item still being visited closes a cycle: `on_cycle(item)` is called
+    (it may raise) and that read is skipped."""
+    order: list = []
+    closed: dict = {}  # False: its reads are still being visited
+    for root in roots:
+        stack = [(root, False)]
+        while stack:
+            item, expanded = stack.pop()
+            if expanded:
+                closed[item] = True
+                order.append(item)
+                continue
+            if item in closed:
+                continue  # a stale second push: visited already
+            closed[item] = False
+            stack.append((item, True))
+            for child in reversed(list(reads(item))):
+                if closed.get(child) is False:
+                    if on_cycle is not None:
+                        on_cycle(child)
+                elif child not in closed:
+                    stack.append((child, False))
+    return order

@@ -35,7 +35,7 @@ import dataclasses
 
 from ..errors import EgadError
 from ..ir import ops
-from .enode import ClassId, ENode, children
+from .enode import ClassId, ENode, children, post_order
 from .extraction import Extraction
 
 Scope = tuple[tuple[int, int], ...]
@@ -217,25 +217,12 @@ def _check_in_scope(cid, node, where: Scope, free_args, region_scope) -> None:
 def _post_order(extraction: Extraction) -> list[ClassId]:
     """Every class reachable from the roots, each after everything it reads (regions too)."""
     choice = extraction.choice
-    order: list[ClassId] = []
-    closed: dict[ClassId, bool] = {}  # False: its reads are still being visited
-    for root in extraction.roots:
-        stack = [(root, False)]
-        while stack:
-            cid, expanded = stack.pop()
-            if expanded:
-                closed[cid] = True
-                order.append(cid)
-                continue
-            if cid in closed:
-                continue  # a stale second push: visited already
-            closed[cid] = False
-            stack.append((cid, True))
-            node = choice[cid]
-            reads = local_inputs(node) + [c for _, results in region_results(node) for c in results]
-            for child in reversed(reads):
-                if closed.get(child) is False:
-                    raise EgadError(f"the extraction has a cycle through {choice[child]} (class {child})")
-                if child not in closed:
-                    stack.append((child, False))
-    return order
+
+    def reads(cid: ClassId) -> list[ClassId]:
+        node = choice[cid]
+        return local_inputs(node) + [c for _, results in region_results(node) for c in results]
+
+    def cycle(cid: ClassId):
+        raise EgadError(f"the extraction has a cycle through {choice[cid]} (class {cid})")
+
+    return post_order(extraction.roots, reads, cycle)

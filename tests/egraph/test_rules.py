@@ -24,7 +24,7 @@ import egad.numpy as enp
 from egad import rules
 from egad.egraph import Extraction, Snapshot, decode, encode
 from egad.egraph.analysis import type_conflicts
-from egad.egraph.enode import children
+from egad.egraph.enode import children, post_order
 from egad.egraph.language import TERM_HEADS, Term, op
 from egad.egraph.schedule import Limits, saturate
 from egad.ir.program import count_bindings, walk_bindings
@@ -60,7 +60,7 @@ def extract_latest(snapshot: Snapshot, origins, roots) -> Extraction:
                 choice[cid] = ready[-1]
                 progress = True
     free = {}  # the regions whose Args each class reads as first chosen: never widened
-    for cid in _post_order(choice):
+    for cid in post_order(choice, lambda cid: _term_children(choice[cid])):
         free[cid] = _free_regions(choice[cid], free)
 
     def reaches(start, target) -> bool:
@@ -107,22 +107,6 @@ def _free_regions(node, free) -> frozenset:
         return frozenset({node.args[0]}) - {0}
     regions = frozenset().union(*(free.get(c, frozenset()) for c in _term_children(node)))
     return regions - {node.args[0]} if node.head in ("For", "While", "If", "Switch") else regions
-
-
-def _post_order(choice) -> list:
-    order, state = [], {}
-    for root in choice:
-        stack = [(root, False)]
-        while stack:
-            cid, done = stack.pop()
-            if done:
-                state[cid] = True
-                order.append(cid)
-            elif cid not in state:
-                state[cid] = False
-                stack.append((cid, True))
-                stack.extend((c, False) for c in _term_children(choice[cid]) if c not in state)
-    return order
 
 
 class Optimized:
