@@ -85,8 +85,8 @@ class Optimized:
             key = None
         else:
             program = self.traced.retrace(*_retrace_args(self.traced, args))
-        compiled = self._build(program, args if self.example_args is None or program is not self.traced
-                               else self.example_args)
+        given = self.example_args is not None and program is self.traced  # example_args are for the traced shapes
+        compiled = self._build(program, self.example_args if given else args)
         if key is not None:
             self._specializations[key] = compiled
         return compiled

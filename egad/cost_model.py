@@ -146,16 +146,25 @@ def recurrence_per_trip(edges: dict[tuple[int, int], float], n_state: int) -> fl
 
 # --- work per op family --------------------------------------------------------------
 
+def concrete(t, size):
+    """`t` with every dim replaced by `size(dim)` (an int stays an int; a symbol gets
+    its guess); a tape type keeps its tape around the concrete element type."""
+    if isinstance(t, TapeType):
+        return TapeType(concrete(t.elem, size))
+    return TensorType(tuple(size(d) for d in t.shape), t.dtype)
+
+
 def _elements(t) -> int:
     return int(np.prod(t.shape, dtype=np.int64)) if isinstance(t, TensorType) else 0
 
 
-def _bytes(t) -> int:
+def nbytes(t) -> int:
+    """Bytes of a tensor type with static shape (0 for anything else)."""
     return _elements(t) * np.dtype(t.dtype).itemsize if isinstance(t, TensorType) else 0
 
 
 def _moved(inputs, outputs) -> int:
-    return sum(map(_bytes, inputs)) + sum(map(_bytes, outputs))
+    return sum(map(nbytes, inputs)) + sum(map(nbytes, outputs))
 
 
 def _per_element(flops_per_element: float):
@@ -189,12 +198,12 @@ def _copy_cost(inputs, outputs, attrs) -> Work:
 
 def _gather_cost(inputs, outputs, attrs) -> Work:
     """take/slice: reads what it selects (and the indices), writes it."""
-    return Work(0.0, 2 * sum(map(_bytes, outputs)) + sum(map(_bytes, inputs[1:])))
+    return Work(0.0, 2 * sum(map(nbytes, outputs)) + sum(map(nbytes, inputs[1:])))
 
 
 def _scatter_cost(inputs, outputs, attrs) -> Work:
     """update/index_add: a copy of the operand, then the rows written."""
-    return Work(sum(map(_elements, inputs[2:])), 2 * _bytes(inputs[0]) + 2 * sum(map(_bytes, inputs[1:])))
+    return Work(sum(map(_elements, inputs[2:])), 2 * nbytes(inputs[0]) + 2 * sum(map(nbytes, inputs[1:])))
 
 
 def _free(inputs, outputs, attrs) -> Work:
@@ -207,7 +216,7 @@ def _view(inputs, outputs, attrs) -> Work:
 
 
 def _creation_cost(inputs, outputs, attrs) -> Work:
-    return Work(0.0, sum(map(_bytes, outputs)))
+    return Work(0.0, sum(map(nbytes, outputs)))
 
 
 def _top_k_cost(inputs, outputs, attrs) -> Work:
@@ -221,12 +230,12 @@ def _tape_alloc_cost(inputs, outputs, attrs) -> Work:
 
 def _tape_push_cost(inputs, outputs, attrs) -> Work:
     value = inputs[1]
-    return Work(0.0, 2 * _bytes(value), tape_bytes=_bytes(value))
+    return Work(0.0, 2 * nbytes(value), tape_bytes=nbytes(value))
 
 
 def _tape_pop_cost(inputs, outputs, attrs) -> Work:
     elem = inputs[0].elem if isinstance(inputs[0], TapeType) else outputs[0]
-    return Work(0.0, 2 * _bytes(elem))
+    return Work(0.0, 2 * nbytes(elem))
 
 
 # transcendental functions cost about ten flops an element on either target

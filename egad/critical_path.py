@@ -18,10 +18,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from .cost_model import Target, target_constants
+from .cost_model import Target, concrete, target_constants
 from .ir import ops
 from .ir.program import Binding, Program, Region, walk_bindings
-from .ir.types import TapeType, TensorType
 from .source import SourceLoc
 
 
@@ -96,25 +95,17 @@ def _loop_path(loop: Binding, target: Target, guess: int) -> LoopPath:
 def _cost(binding: Binding, target: Target, guess: int) -> tuple[float, int]:
     """(roofline seconds, dispatches) of one binding; a control op: its bodies' sum."""
     if binding.regions:
-        seconds, dispatches = 0.0, 0
-        for region in binding.regions:
-            s, d = _region_cost(region, target, guess)
-            seconds, dispatches = seconds + s, dispatches + d
-        return seconds, dispatches
-    work = ops.OPS[binding.op].cost([_concrete(v.type, guess) for v in binding.inputs],
-                                    [_concrete(v.type, guess) for v in binding.outputs], binding.attrs)
+        costs = [_region_cost(region, target, guess) for region in binding.regions]
+        return sum(seconds for seconds, _ in costs), sum(dispatches for _, dispatches in costs)
+
+    def size(dim):
+        return dim if isinstance(dim, int) else guess
+
+    work = ops.OPS[binding.op].cost([concrete(v.type, size) for v in binding.inputs],
+                                    [concrete(v.type, size) for v in binding.outputs], binding.attrs)
     return work.seconds(target), work.kernels
 
 
 def _region_cost(region: Region, target: Target, guess: int) -> tuple[float, int]:
-    seconds, dispatches = 0.0, 0
-    for binding in region.bindings:
-        s, d = _cost(binding, target, guess)
-        seconds, dispatches = seconds + s, dispatches + d
-    return seconds, dispatches
-
-
-def _concrete(t, guess: int):
-    if isinstance(t, TapeType):
-        return TapeType(_concrete(t.elem, guess))
-    return TensorType(tuple(d if isinstance(d, int) else guess for d in t.shape), t.dtype)
+    costs = [_cost(binding, target, guess) for binding in region.bindings]
+    return sum(seconds for seconds, _ in costs), sum(dispatches for _, dispatches in costs)

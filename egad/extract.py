@@ -59,7 +59,7 @@ from typing import Mapping, NamedTuple
 
 import numpy as np
 
-from .cost_model import TARGETS, Target, Work, loop_time, recurrence_per_trip, target_constants
+from .cost_model import TARGETS, Target, Work, concrete, loop_time, nbytes, recurrence_per_trip, target_constants
 from .egraph.class_types import ClassTypes, node_inputs
 from .egraph.encoding import Encoding
 from .egraph.enode import ClassId, ENode
@@ -374,14 +374,9 @@ class _Extractor:
                 name, attrs, inputs = node.args[0], self.types.attrs(node.args[1]), local_inputs(node)
             outputs = self.types.types[self.snapshot.index[node]]
             outputs = list(outputs) if isinstance(outputs, tuple) else [outputs]
-            concrete = [self._concrete(self.types.of(c)) for c in inputs]
-            self._work[node] = ops.OPS[name].cost(concrete, [self._concrete(t) for t in outputs], attrs)
+            sized = [concrete(self.types.of(c), self.model.size) for c in inputs]
+            self._work[node] = ops.OPS[name].cost(sized, [concrete(t, self.model.size) for t in outputs], attrs)
         return self._work[node]
-
-    def _concrete(self, t):
-        if isinstance(t, TapeType):
-            return TapeType(self._concrete(t.elem))
-        return TensorType(tuple(self.model.size(d) for d in t.shape), t.dtype)
 
     def latency(self, work: Work) -> float:
         seconds = work.seconds(self.target)
@@ -502,8 +497,8 @@ class _Extractor:
                                         self.model.critical_path)
         if node.head == "For":  # the driver copies each trip's ys into the stacked result
             for ys in node.args[4][len(node.args[3]):]:
-                row = self._concrete(self.types.of(ys))
-                compute += trips * Work(0.0, 2.0 * _nbytes(row)).seconds(self.target)
+                row = concrete(self.types.of(ys), self.model.size)
+                compute += trips * Work(0.0, 2.0 * nbytes(row)).seconds(self.target)
                 dispatches += trips
         dag.add(number, self.entry(free, compute, dispatches, trips * tape_bytes), self.innermost)
         depth: dict = {}
@@ -612,10 +607,6 @@ class _Extractor:
         seconds = sum(e.share * self.weight(e.free) * (e.seconds + e.kernels * dispatch) for e in dag.entries.values())
         tape_bytes = sum(e.share * self.weight(e.free) * e.tape_bytes for e in dag.entries.values())
         return PredictedCost(seconds, tape_bytes, dag.flat)
-
-
-def _nbytes(t: TensorType) -> int:
-    return int(np.prod(t.shape, dtype=np.int64)) * np.dtype(t.dtype).itemsize
 
 
 def _longest(depths) -> dict:

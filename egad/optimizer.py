@@ -192,7 +192,7 @@ def _same_results(optimized: Program, original: Program, args) -> str | None:
             return f"result {k}: non-finite values differ"
         scale = float(np.max(np.abs(w[finite]), initial=0.0))
         error = float(np.max(np.abs(g[finite] - w[finite]), initial=0.0))
-        if error > tolerance * max(scale, 1e-30) and error > 0:
+        if error > tolerance * max(scale, 1e-30):
             return f"result {k}: max difference {error:.3g} against values up to {scale:.3g}"
     return None
 
