@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed-stamp
 # A virtual environment with the pinned dependencies and egad installed editable.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test]'
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test,plots]'
 	touch $(STAMP)
 
 setup: $(STAMP)

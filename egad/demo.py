@@ -119,5 +119,10 @@ def check_gradient(params, tokens) -> bool:
     return ok
 
 
+def register(commands) -> None:
+    demo = commands.add_parser("demo", help="the main job: trace, differentiate and check an RNN with a while_loop")
+    demo.set_defaults(run=lambda args: main())
+
+
 if __name__ == "__main__":
     raise SystemExit(main())
