@@ -14,7 +14,7 @@ imports TVM.
 """
 from .decoding import decode
 from .encoding import Encoding, encode
-from .extraction import Extraction, extract_inserted
+from .extraction import Extraction, extract_inserted, extract_latest
 from .provenance import Origin, Provenance, RuleSite
 from .schedule import Limits, SaturationReport, saturate
 from .snapshot import Snapshot
@@ -29,5 +29,5 @@ def round_trip(program):
     return decode(encoding, snapshot, extract_inserted(snapshot, origins, encoding.roots), origins)
 
 
-__all__ = ["encode", "decode", "round_trip", "Encoding", "Extraction", "extract_inserted", "Snapshot",
+__all__ = ["encode", "decode", "round_trip", "Encoding", "Extraction", "extract_inserted", "extract_latest", "Snapshot",
            "Provenance", "Origin", "RuleSite", "saturate", "Limits", "SaturationReport"]

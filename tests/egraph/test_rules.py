@@ -2,7 +2,7 @@
 rewrite is judged by running the program before and after.
 
 For each family: (a) semantics — on programs where it fires, the program decoded from
-an extraction that *prefers rewritten nodes* (`extract_latest`, below) interprets like
+an extraction that *prefers rewritten nodes* (`extract_latest`, egad/egraph/extraction.py) interprets like
 the original (1e-12) on Hypothesis inputs, and no rule changed a type; (b) its intended
 effect — the RNN input projection batched before the loop, four gate matmuls fused
 into one, `W.T` out of the reverse loop, constant branches gone — and the schedule's
@@ -22,91 +22,15 @@ from hypothesis.extra import numpy as hnp
 import egad
 import egad.numpy as enp
 from egad import rules
-from egad.egraph import Extraction, Snapshot, decode, encode
+from egad.egraph import Snapshot, decode, encode, extract_latest
 from egad.egraph.analysis import type_conflicts
-from egad.egraph.enode import children, post_order
-from egad.egraph.language import TERM_HEADS, Term, op
+from egad.egraph.language import Term, op
 from egad.egraph.schedule import Limits, saturate
 from egad.ir.program import count_bindings, walk_bindings
 from egad.pytree import flatten
 from tests.ad.gradcheck import scalar_loss, to_float64
 from tests.ad.test_random_programs import WRT, arguments, build_program, program_descriptions, show_program
 from tests.programs import all_programs
-
-
-# --- a test-only extractor that prefers what rules made -------------------------------------
-
-def extract_latest(snapshot: Snapshot, origins, roots) -> Extraction:
-    """In every class, the most recently recorded node (rule-made nodes come after the
-    inputs they rewrite) that closes no cycle and reads no Arg the class did not read
-    before (a class can hold a top-level constant and an in-loop `t - t`: only the
-    constant may be used outside the loop). Starts from the inserted program (the
-    earliest input node of each class; new classes bottom-up), then switches a class
-    to a later node while that is allowed, until nothing changes."""
-    candidates = {cid: sorted((n for n in members if n in origins and n.head in TERM_HEADS),
-                              key=lambda n: origins[n].order, reverse=True)
-                  for cid, members in snapshot.nodes.items() if cid.sort == "Term"}
-    choice = {}
-    for cid, nodes in candidates.items():
-        inputs = [n for n in nodes if origins[n].site.name == "input"]
-        if inputs:
-            choice[cid] = inputs[-1]
-    progress = True
-    while progress:
-        progress = False
-        for cid, nodes in candidates.items():
-            ready = [n for n in nodes if all(c in choice for c in _term_children(n))]
-            if cid not in choice and ready:
-                choice[cid] = ready[-1]
-                progress = True
-    free = {}  # the regions whose Args each class reads as first chosen: never widened
-    for cid in post_order(choice, lambda cid: _term_children(choice[cid])):
-        free[cid] = _free_regions(choice[cid], free)
-
-    def reaches(start, target) -> bool:
-        stack, seen = [start], set()
-        while stack:
-            cid = stack.pop()
-            if cid == target:
-                return True
-            if cid in seen or cid not in choice:
-                continue
-            seen.add(cid)
-            stack.extend(_term_children(choice[cid]))
-        return False
-
-    changed = True
-    while changed:
-        changed = False
-        for cid, nodes in candidates.items():
-            for node in nodes:
-                if cid not in choice or node == choice[cid]:
-                    break
-                inputs = _term_children(node)
-                if all(c in choice for c in inputs) and _free_regions(node, free) <= free[cid] and \
-                        not any(reaches(c, cid) for c in inputs):
-                    choice[cid] = node
-                    changed = True
-                    break
-    root_classes = tuple(snapshot.class_of(root) for root in roots)
-    needed, stack = {}, list(root_classes)
-    while stack:
-        cid = stack.pop()
-        if cid not in needed:
-            needed[cid] = choice[cid]
-            stack.extend(_term_children(choice[cid]))
-    return Extraction(root_classes, needed)
-
-
-def _term_children(node) -> list:
-    return [c for c in children(node) if c.sort == "Term"]
-
-
-def _free_regions(node, free) -> frozenset:
-    if node.head == "Arg":
-        return frozenset({node.args[0]}) - {0}
-    regions = frozenset().union(*(free.get(c, frozenset()) for c in _term_children(node)))
-    return regions - {node.args[0]} if node.head in ("For", "While", "If", "Switch") else regions
 
 
 class Optimized:
