@@ -33,6 +33,12 @@ the first ~1500 steps, while the attention, nearly uniform at this initialisatio
 sharpens; then token accuracy (on 64 held-out sequences) climbs to 95.8% at step 2700
 and 96.5% at 3000 (~3 minutes on one core).
 
+For `benchmarks/suite.py` the module also has the workload interface of
+benchmarks/workload.py: cases are the configs, `arguments(case)` is the parameters
+flat in sorted name order (egad's dict order) then src and tgt, `loss(case)` and
+`reference_loss(case)` take them flat, and `jax_loss`, `jax_unrolled_loss` and
+`torch_loss` run the same math (benchmarks/gnmt_lite_peers.py).
+
 Example:
 
     config = CONFIGS["tiny"]
@@ -50,7 +56,9 @@ import numpy as np
 import egad
 import egad.nn as enn
 import egad.numpy as enp
+from benchmarks import gnmt_lite_peers
 from benchmarks.lstm import cell
+from benchmarks.workload import case_or_call, check_case
 
 BOS = 0
 INIT_SCALE = 0.1  # GNMT's uniform(-0.1, 0.1) initialisation
@@ -206,8 +214,14 @@ def logits(params, src, tgt):
     return xs @ params["out_W"] + params["out_b"]
 
 
+def _flat_loss_of_case(case: str):
+    return _flat(case, loss)
+
+
+@case_or_call(_flat_loss_of_case)
 def loss(params, src, tgt):
-    """Mean softmax cross-entropy of the teacher-forced predictions of tgt (B, T)."""
+    """Mean softmax cross-entropy of the teacher-forced predictions of tgt (B, T).
+    `loss(case)` is this loss of the flat `arguments(case)` (the suite's interface)."""
     logp = enn.log_softmax(logits(params, src, tgt), axis=-1)
     picked = enp.sum(enn.one_hot(enp.transpose(tgt), logp.shape[-1], dtype=logp.dtype) * logp, axis=-1)
     return -enp.mean(picked)
@@ -285,8 +299,13 @@ def reference_logits(params, src, tgt):
     return xs @ params["out_W"] + params["out_b"]
 
 
+def _flat_reference_of_case(case: str):
+    return _flat(case, reference_loss)
+
+
+@case_or_call(_flat_reference_of_case)
 def reference_loss(params, src, tgt):
-    """`loss` in plain numpy."""
+    """`loss` in plain numpy (`reference_loss(case)` takes the flat arguments)."""
     z = reference_logits(params, src, tgt)
     z = z - z.max(axis=-1, keepdims=True)
     logp = z - np.log(np.sum(np.exp(z), axis=-1, keepdims=True))
@@ -297,3 +316,52 @@ def reference_loss(params, src, tgt):
 def reference_predict_tokens(params, src, tgt):
     """`predict_tokens` in plain numpy."""
     return np.argmax(reference_logits(params, src, tgt), axis=-1).T
+
+
+# --- the workload interface of benchmarks/suite.py ---------------------------------------------
+
+NAME = "gnmt_lite"
+CASES = CONFIGS
+
+
+def arguments(case: str, seed: int = 0) -> tuple:
+    """The parameters of `init_params` in sorted name order (as egad flattens the
+    dict), then src and tgt of `make_batch`."""
+    params = init_params(CONFIGS[check_case(NAME, CASES, case)], seed)
+    return (*(params[name] for name in sorted(params)), *make_batch(case, seed))
+
+
+def wrt(case: str) -> tuple[int, ...]:
+    """Every parameter (not the tokens)."""
+    return tuple(range(len(param_shapes(CONFIGS[check_case(NAME, CASES, case)]))))
+
+
+def _flat(case: str, model_loss):
+    """`model_loss(params, src, tgt)` as a function of `arguments(case)`."""
+    names = sorted(param_shapes(CONFIGS[check_case(NAME, CASES, case)]))
+
+    def flat_loss(*flat):
+        return model_loss(dict(zip(names, flat[:len(names)])), *flat[len(names):])
+
+    return flat_loss
+
+
+def _peer_loss(case: str, ops):
+    config = CONFIGS[check_case(NAME, CASES, case)]
+    return _flat(case, lambda params, src, tgt: gnmt_lite_peers.loss(
+        ops, params, src, tgt, config.encoder_layers, config.decoder_layers))
+
+
+def jax_loss(case: str):
+    """`loss` in JAX, each time loop a `lax.scan`."""
+    return _peer_loss(case, gnmt_lite_peers.jax_ops(structured=True))
+
+
+def jax_unrolled_loss(case: str):
+    """`loss` in JAX, each time loop a Python loop."""
+    return _peer_loss(case, gnmt_lite_peers.jax_ops(structured=False))
+
+
+def torch_loss(case: str):
+    """`loss` in eager PyTorch, each time loop a Python loop."""
+    return _peer_loss(case, gnmt_lite_peers.torch_ops())
