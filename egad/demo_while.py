@@ -1,4 +1,4 @@
-"""The main job (`make demo`, `egad demo`): trace an RNN language-model step that
+"""The smaller demo (`egad demo --while-loop`): trace an RNN language-model step that
 runs a data-dependent `while_loop`, print its IR, interpret it against the same
 math in plain numpy, and differentiate it — through the while loop, which JAX
 refuses to do in reverse mode — checking the gradient against finite differences.
@@ -117,11 +117,6 @@ def check_gradient(params, tokens) -> bool:
     ok = worst <= 1e-5
     print("gradient matches finite differences" if ok else "GRADIENT MISMATCH")
     return ok
-
-
-def register(commands) -> None:
-    demo = commands.add_parser("demo", help="the main job: trace, differentiate and check an RNN with a while_loop")
-    demo.set_defaults(run=lambda args: main())
 
 
 if __name__ == "__main__":

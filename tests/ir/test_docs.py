@@ -33,7 +33,7 @@ def test_python_blocks_in_docs_run(document, tmp_path):
 
 
 def test_demo_matches_plain_numpy(capsys):
-    from egad import demo
+    from egad import demo_while as demo
 
     assert demo.main() == 0
     out = capsys.readouterr().out
