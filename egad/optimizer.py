@@ -50,6 +50,7 @@ class Optimization:
     timings: dict = dataclasses.field(default_factory=dict)  # phase -> seconds
     cached: bool = False
     measured: tuple | None = None  # (optimized, original) seconds per call, when egad.optimize timed both
+    graph: object | None = None  # egad.egraph.record.EGraphRecord: the e-graph and the extraction, for egad.viz
 
     def lines(self) -> list[str]:
         """The report's lines (indented for `Optimized.report()`)."""
@@ -110,6 +111,7 @@ def optimize_program(program: Program, families, target="llvm", limits=None, che
 
 def _optimize(program, families, names, target, limits, check_args) -> Optimization:
     from .egraph import Snapshot, decode, encode, extract_inserted, saturate
+    from .egraph.record import EGraphRecord
     from .extract import CostModel, extract, predicted_cost
 
     result = Optimization(program, program, names)
@@ -141,6 +143,7 @@ def _optimize(program, families, names, target, limits, check_args) -> Optimizat
             result.predicted_after, result.chosen = result.predicted_before, Counter()
         optimized = decode(encoding, snapshot, extraction, origins)
         timings["decode"] = time.perf_counter() - started
+        result.graph = EGraphRecord.of(encoding, snapshot, origins, original, extraction, model)
     except (EgadError, RecursionError, RuntimeError, ValueError, KeyError, TypeError) as error:
         # egglog raises plain exceptions; any failure here is the optimizer's, not the user's
         result.fallback = f"the optimizer failed ({type(error).__name__}: {_first_line(error)}); " \

@@ -1,0 +1,188 @@
+"""egad.viz without a browser: the page is one self-contained HTML file whose data
+says what the optimizer saw and chose (tests/viz/test_viz_browser.py draws it)."""
+from __future__ import annotations
+
+import html.parser
+import json
+import pathlib
+import re
+
+import pytest
+
+import egad
+from egad import viz
+from egad.viz_data import page_data, relative_path
+
+from .conftest import rnn_args, rnn_loss
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+class _Tags(html.parser.HTMLParser):
+    """Every start tag with its attributes, and the tags left open at the end."""
+
+    VOID = {"meta", "input", "br", "img", "link", "hr"}
+
+    def __init__(self):
+        super().__init__()
+        self.tags: list[tuple[str, dict]] = []
+        self.open: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+        if tag not in self.VOID:
+            self.open.append(tag)
+
+    def handle_endtag(self, tag):
+        assert self.open and self.open[-1] == tag, f"</{tag}> closes <{self.open[-1] if self.open else None}>"
+        self.open.pop()
+
+
+def page_json(text: str) -> dict:
+    match = re.search(r'<script type="application/json" id="egad-data">(.*?)</script>', text, flags=re.S)
+    assert match, "the page holds no #egad-data"
+    return json.loads(match.group(1))
+
+
+@pytest.fixture(scope="module")
+def page(rnn_optimization, tmp_path_factory):
+    path = viz.render(rnn_optimization, tmp_path_factory.mktemp("viz") / "rnn.html")
+    return path.read_text(encoding="utf-8")
+
+
+def test_page_is_one_self_contained_html_file(page):
+    parser = _Tags()
+    parser.feed(page)
+    parser.close()
+    assert parser.open == [], f"tags left open: {parser.open}"
+    names = [tag for tag, _ in parser.tags]
+    assert names[0] == "html" and "body" in names and names.count("script") == 4  # 2 libraries, the data, the app; and
+    # no element loads anything: no external script, stylesheet, image or frame
+    for tag, attrs in parser.tags:
+        assert "src" not in attrs, f"<{tag} src=...> loads a file"
+        assert not (tag == "link" and attrs.get("rel") == "stylesheet")
+        assert not re.match(r"\s*(https?:)?//", attrs.get("href", "")), f"<{tag}> links out: {attrs['href']}"
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page)
+    assert "The Cytoscape Consortium" in page and "cytoscape-dagre" in page  # the vendored libraries, inlined
+
+
+def test_page_data_round_trips_through_the_html(page, rnn_optimization):
+    assert page_json(page) == json.loads(json.dumps(page_data(rnn_optimization)))
+
+
+def test_every_enode_names_the_rule_that_made_it_where_it_is_written(rnn_optimization):
+    data = page_data(rnn_optimization)
+    sites = {rule.name: f"{relative_path(rule.site.file)}:{rule.site.line}"
+             for family in egad.rules.default() for rule in family.rules}
+    by_rule = {}
+    for node in data["nodes"]:
+        by_rule.setdefault(node["rule"], []).append(node)
+    made_by_rules = set(by_rule) - {"input"}
+    # the rules that added e-nodes are the ones the saturation report says did
+    assert made_by_rules == {name for name, count in rnn_optimization.saturation.new_nodes.items() if count}
+    assert {"batch-input-projection", "batch-weight-gradient"} <= made_by_rules
+    for name in made_by_rules:
+        assert {node["site"] for node in by_rule[name]} == {sites[name]}
+        file, line = sites[name].rsplit(":", 1)
+        assert 0 < int(line) <= len((ROOT / file).read_text().splitlines())
+    # e-nodes of the program as written carry the user's source line
+    assert any(node["source"].startswith("conftest.py:") for node in by_rule["input"])
+
+
+def test_extracted_term_is_one_enode_per_chosen_class_and_closed_under_inputs(rnn_optimization):
+    data = page_data(rnn_optimization)
+    classes = {c["id"]: c for c in data["classes"]}
+    nodes = {n["id"]: n for n in data["nodes"]}
+    extracted = [n for n in data["nodes"] if n["extracted"]]
+    assert len(extracted) == len(rnn_optimization.graph.extraction.choice)
+    assert all(classes[n["class"]]["chosen"] == n["id"] for n in extracted)
+    for node in extracted:
+        for input_class in node["inputs"]:
+            chosen = classes[input_class]["chosen"]
+            assert chosen is not None and nodes[chosen]["extracted"]
+    # rules' e-nodes in the term: as many as the report counts
+    from_rules = [n for n in extracted if n["rule"] != "input"]
+    assert len(from_rules) == sum(rnn_optimization.chosen.values()) > 0
+
+
+def test_critical_chains_are_the_reports_critical_paths(rnn_optimization):
+    """The chain drawn on the e-nodes of each loop is the one egad/critical_path.py
+    finds on the decoded program: the same kernels, the same latency."""
+    data = page_data(rnn_optimization)
+    drawn = sorted((round(chain["seconds_per_trip"], 12), chain["ops"]) for chain in data["critical"])
+    reported = sorted((round(path.chain_seconds, 12), [op for op, _ in path.steps])
+                      for path in rnn_optimization.critical_path)
+    assert drawn == reported and len(drawn) == 2  # the loop and its adjoint
+    nodes = {n["id"]: n for n in data["nodes"]}
+    for chain in data["critical"]:
+        assert chain["nodes"] and all(nodes[i]["critical"] and nodes[i]["extracted"] for i in chain["nodes"])
+    assert sum(n["critical"] for n in data["nodes"]) == len({i for c in data["critical"] for i in c["nodes"]})
+
+
+def test_classes_are_grouped_in_nested_region_frames(rnn_optimization):
+    data = page_data(rnn_optimization)
+    frames = {f["id"]: f for f in data["frames"]}
+    assert frames["r0"]["parent"] is None
+    loops = [f for f in frames.values() if f["kind"] in ("for", "reverse for")]
+    assert len(loops) >= 2 and all(f["parent"] == "r0" and f["trips"] == 12 for f in loops)
+    assert all(f["loc"].startswith("conftest.py:") for f in loops)
+    for chain in data["critical"]:  # each chain runs inside its own loop's frame
+        classes = {c["id"]: c for c in data["classes"]}
+        nodes = {n["id"]: n for n in data["nodes"]}
+        inside = [classes[nodes[i]["class"]]["frame"] for i in chain["nodes"]]
+        assert set(inside) == {chain["frame"]}
+    assert frames["r0"]["enodes"] == len(data["nodes"])
+    assert sum(f["classes"] for f in frames.values()) == len(data["classes"])
+
+
+def test_summary_holds_predicted_costs_and_both_programs(rnn_optimization):
+    data = page_data(rnn_optimization)
+    summary = data["summary"]
+    assert summary["predicted_before_us"] == pytest.approx(rnn_optimization.predicted_before.seconds * 1e6)
+    assert summary["predicted_after_us"] == pytest.approx(rnn_optimization.predicted_after.seconds * 1e6)
+    assert summary["predicted_after_us"] < summary["predicted_before_us"]
+    assert data["before"] == str(rnn_optimization.original) and data["after"] == str(rnn_optimization.program)
+    assert data["before"] != data["after"]
+    assert {r["name"] for r in summary["rules"]} == set(rnn_optimization.saturation.fired())
+
+
+def test_render_refuses_what_has_no_egraph(rnn_optimization, tmp_path):
+    import dataclasses
+
+    program = egad.trace(rnn_loss, *rnn_args())
+    # what egad.optimize returns, made here without importing TVM (it builds at the first call)
+    f = egad.Optimized(program, (0,), "llvm", False, tuple(egad.rules.default()))
+    with pytest.raises(egad.EgadError, match="not been called yet"):
+        viz.render(f, tmp_path / "x.html")
+    with pytest.raises(egad.EgadError, match="rules=\\(\\)"):
+        viz.render(egad.Optimized(program, (0,), "llvm", False, ()), tmp_path / "x.html")
+    with pytest.raises(egad.EgadError, match="got Program"):
+        viz.render(program, tmp_path / "x.html")
+    with pytest.raises(egad.EgadError, match="kept no e-graph"):
+        viz.render(dataclasses.replace(rnn_optimization, graph=None, fallback="a test"), tmp_path / "x.html")
+    assert not (tmp_path / "x.html").exists()
+
+
+def test_cli_viz_runs_a_script_function(tmp_path, capsys):
+    from egad.cli import main
+
+    script = tmp_path / "model.py"
+    script.write_text(
+        "import egad\n"
+        "from egad.optimizer import optimize_program\n"
+        "from tests.viz.conftest import rnn_args, rnn_loss\n\n"
+        "def optimized():\n"
+        "    args = rnn_args()\n"
+        "    gradient = egad.value_and_grad(egad.trace(rnn_loss, *args), wrt=(0,))\n"
+        "    return optimize_program(gradient, egad.rules.default(), check_args=args)\n")
+    out = tmp_path / "page.html"
+    assert main(["viz", f"{script}:optimized", "-o", str(out)]) == 0
+    assert f"wrote {out}" in capsys.readouterr().out
+    data = page_json(out.read_text(encoding="utf-8"))
+    assert data["title"] == "egad: value_and_grad_rnn_loss" and data["critical"]
+    with pytest.raises(egad.EgadError, match="defines no function 'missing'"):
+        main(["viz", f"{script}:missing", "-o", str(out)])
+    with pytest.raises(egad.EgadError, match="no file"):
+        main(["viz", f"{tmp_path / 'absent.py'}:optimized"])
+    with pytest.raises(egad.EgadError, match="not both"):
+        main(["viz", f"{script}:optimized", "--workload", "gnmt-lite-tiny"])
