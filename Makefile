@@ -30,8 +30,15 @@ test-all: $(STAMP)
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis *.egg-info
 
-# Speed and memory measurements: tables on stdout, JSON in benchmarks/results/.
-bench: $(STAMP)
+# The peers of the side-by-side suite (jax, jaxlib, torch==2.13.0 CPU), installed only for `make bench`.
+PEERS_STAMP := $(VENV)/.peers-stamp
+$(PEERS_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test,plots,peers]'
+	touch $(PEERS_STAMP)
+
+# Speed and memory measurements: tables on stdout, JSON in benchmarks/results/; last,
+# egad against JAX and PyTorch (benchmarks/RESULTS.md, plots, README's Performance section).
+bench: $(STAMP) $(PEERS_STAMP)
 	$(BIN)/python -m benchmarks.interp_overhead
 	$(BIN)/python -m benchmarks.loop_driver
 	$(BIN)/python -m benchmarks.memory
@@ -39,3 +46,4 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.cpu_kernels
 	$(BIN)/python -m benchmarks.calibrate
 	$(BIN)/python -m benchmarks.optimizer
+	$(BIN)/python -m benchmarks.suite

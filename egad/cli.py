@@ -4,6 +4,7 @@ is one line in `_COMMAND_MODULES`:
 
     egad demo                     the main job (egad/demo.py)
     egad rules list               every default family and rule: file:line, why
+    egad bench [workload ...]     egad against JAX and PyTorch (egad/cli_bench.py)
     egad viz                      the extraction visualiser: one HTML page (egad/cli_viz.py)
 """
 from __future__ import annotations
@@ -14,7 +15,7 @@ import sys
 
 # Modules with `register(commands) -> None`; each adds subparsers whose
 # `set_defaults(run=...)` is called with the parsed arguments and returns the exit code.
-_COMMAND_MODULES = ("egad.demo", "egad.cli_rules", "egad.cli_viz")
+_COMMAND_MODULES = ("egad.demo", "egad.cli_rules", "egad.cli_viz", "egad.cli_bench")
 
 
 def main(argv: list[str] | None = None) -> int:
