@@ -1,7 +1,7 @@
 """`egad viz`: the extraction visualiser's page for a workload or a user's script.
 
     egad viz -o gnmt.html                         # GNMT-lite `tiny`'s gradient (needs a checkout: benchmarks/)
-    egad viz --workload rnn -o rnn.html           # a small tanh RNN's gradient: one loop and its adjoint
+    egad viz --workload gnmt-lite-small -o s.html # a bigger GNMT-lite
     egad viz my_model.py:optimized -o mine.html   # optimized() returns egad.optimize(...)'s result, called once
 
 A workload's gradient is optimized with the default rule families (and checked on its
@@ -14,7 +14,7 @@ import runpy
 
 from .errors import EgadError, message
 
-WORKLOADS = ("gnmt-lite-tiny", "gnmt-lite-small", "rnn")
+WORKLOADS = ("gnmt-lite-tiny", "gnmt-lite-small")
 
 
 def register(commands) -> None:
@@ -50,8 +50,6 @@ def workload(name: str):
 
     if name.startswith("gnmt-lite-"):
         program, args = _gnmt_lite(name[len("gnmt-lite-"):])
-    elif name == "rnn":
-        program, args = _rnn()
     else:
         raise EgadError(message(f"egad viz: no workload {name!r}", instead=f"one of {', '.join(WORKLOADS)}"))
     gradient = egad.value_and_grad(program, wrt=(0,))
@@ -66,24 +64,6 @@ def _gnmt_lite(config: str):
     params = gnmt_lite.init_params(config, seed=0)
     src, tgt = gnmt_lite.make_batch(config, seed=0)
     return egad.trace(gnmt_lite.loss, params, src, tgt), (params, src, tgt)
-
-
-def _rnn():
-    """A tanh RNN over 12 steps, its loss the sum of squares of the last state."""
-    import numpy as np
-
-    import egad
-    import egad.numpy as enp
-
-    def loss(W, U, xs, h0):
-        def step(t, h):
-            return enp.tanh(xs[t] @ U + h @ W)
-        return enp.sum(egad.fori_loop(0, xs.shape[0], step, h0) ** 2)
-
-    rng = np.random.default_rng(0)
-    args = (rng.standard_normal((16, 16)) * 0.2, rng.standard_normal((8, 16)) * 0.3,
-            rng.standard_normal((12, 4, 8)), np.zeros((4, 16)))
-    return egad.trace(loss, *args), args
 
 
 def script_result(spec: str):

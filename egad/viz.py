@@ -22,15 +22,16 @@ shows the saturated e-graph (`Optimization.graph`, an egraph/record.py
   the program as written), the predicted cost before and after, the program before
   and after side by side, search by op or rule name, zoom and pan.
 
-Why cytoscape.js with cytoscape-dagre (vendored in egad/viz_assets/, MIT): an
-e-graph is a dataflow DAG with nested regions, which a layered (Sugiyama) layout
-draws readably; cytoscape.js is an actively maintained graph viewer (canvas
-rendering that copes with thousands of elements, compound nodes for regions and
-e-classes, zoom/pan built in) and cytoscape-dagre runs dagre's layered layout on
-compound graphs. Graphviz would need a system binary or a package outside the
-index, and ELK (elkjs) is five times larger and EPL-licensed. Expanding and
-collapsing regions is done in viz_assets/viz.js by rebuilding the elements drawn;
-the layout is always dagre's.
+Why cytoscape.js and dagre (vendored in egad/viz_assets/, both MIT): an e-graph is a
+dataflow DAG with nested regions, which a layered (Sugiyama) layout draws readably,
+and dagre is the maintained JavaScript implementation of one (@dagrejs, 49 kB).
+cytoscape.js is an actively maintained graph viewer: canvas rendering that copes
+with thousands of elements, compound nodes for regions and e-classes, zoom and pan
+built in. Graphviz would need a system binary or a WebAssembly build; ELK
+(elkjs) is 1.6 MB, EPL-licensed, and was no faster on GNMT-lite. viz_assets/viz.js
+calls dagre once per open region, so that each region is laid out as one block
+(cytoscape-dagre's compound layout spread loop bodies over the whole drawing and
+took twice as long); opening and closing regions rebuilds what is drawn.
 """
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ from importlib import resources
 
 from .errors import EgadError, message
 
-ASSETS = ("cytoscape.min.js", "cytoscape-dagre.min.js", "viz.css", "viz.js")
+ASSETS = ("cytoscape.min.js", "dagre.min.js", "viz.css", "viz.js")
 _ASSET_DIRECTORY = "viz_assets"  # beside this module, installed as package data
 _PLACEHOLDERS = ("/*@TITLE@*/", "/*@CSS@*/", "/*@LIBRARIES@*/", "/*@DATA@*/", "/*@APP@*/")
 

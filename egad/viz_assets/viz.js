@@ -5,10 +5,9 @@
  * inside it (edges to and from its contents end on the box); open, it is a compound
  * node around its e-classes and its own (closed) sub-regions. An e-class with two or
  * more e-nodes is a dotted compound around its alternatives. Every open/close
- * rebuilds the drawn elements and runs the dagre layout again (data flows top to
- * bottom: an edge goes from an input's e-class to the e-node that reads it; it ends
- * on the class's extracted e-node, or its first, since dagre lays out edges between
- * leaves only).
+ * rebuilds the drawn elements and lays them out again with dagre, level by level
+ * (`layout`). Data flows top to bottom: an edge goes from an input's e-class (its
+ * extracted e-node, or its first) to the e-node that reads it.
  *
  * window.egadViz exposes the cytoscape instance and the actions, for tests.
  */
@@ -175,7 +174,7 @@
     { selector: "node.eclass", style: { "background-opacity": 0, "border-style": "dotted", "border-width": 1.5,
       "border-color": "#7a8499", "padding": 5 } },
     { selector: "node.eclass.in-term", style: { "border-color": "#b9770e" } },
-    { selector: "node.match, node.has-match", style: { "underlay-color": "#1e90ff", "underlay-opacity": 0.45, "underlay-padding": 6 } },
+    { selector: "node.match, node.frame.closed.has-match", style: { "underlay-color": "#1e90ff", "underlay-opacity": 0.45, "underlay-padding": 6 } },
     { selector: "node:selected", style: { "overlay-color": "#1f77b4", "overlay-opacity": 0.25, "overlay-padding": 4 } },
     { selector: "edge", style: { "width": 1, "line-color": "#b4bcc8", "target-arrow-color": "#b4bcc8",
       "target-arrow-shape": "triangle", "arrow-scale": 0.8, "curve-style": "bezier" } },
@@ -183,7 +182,6 @@
     { selector: "edge.critical", style: { "line-color": "#d62728", "target-arrow-color": "#d62728", "width": 3.5, "z-index": 9 } },
   ];
 
-  cytoscape.use(cytoscapeDagre);
   const cy = cytoscape({
     container: document.getElementById("graph"), style: STYLE, minZoom: 0.02, maxZoom: 4,
     textureOnViewport: DATA.nodes.length > 3000, hideEdgesOnViewport: DATA.nodes.length > 3000,
@@ -200,7 +198,7 @@
     setTimeout(() => {  // let the status paint before a long layout
       const started = performance.now();
       cy.batch(() => { cy.elements().remove(); cy.add(els); });
-      cy.layout({ name: "dagre", rankDir: "TB", nodeSep: 14, rankSep: 30, edgeSep: 6, animate: false, fit: false }).run();
+      layout();
       view(focus ? focus() : null);
       const seconds = ((performance.now() - started) / 1000).toFixed(2);
       status.textContent = count + " of " + DATA.nodes.length + " e-nodes drawn (" + seconds + " s)";
@@ -208,18 +206,99 @@
       document.body.dataset.ready = "1";
     }, 20);
   }
-  // Fit the focus (default: everything), but never so far out that labels vanish.
+  // --- layout ------------------------------------------------------------------------
+  // dagre lays out one level at a time: what sits directly in the program or in one open
+  // region (e-nodes, e-classes, regions), where an open region is a box the size of its
+  // own layout and an e-class a box holding its alternatives side by side. A region is
+  // so drawn as one block (laid out as a compound graph, dagre spreads a loop body
+  // across the whole drawing, and takes twice as long).
+  const FRAME_PAD = 16, FRAME_LABEL = 20, CLASS_PAD = 7, GAP = 8;
+  function layout() {
+    const parent = new Map();
+    const children = new Map([["", []]]);
+    cy.nodes().forEach((n) => {
+      const container = n.data("parent") || "";
+      parent.set(n.id(), container);
+      if (!children.has(container)) children.set(container, []);
+      children.get(container).push(n.id());
+    });
+    const path = (id) => {  // top-level item ... id
+      const chain = [id];
+      while (parent.get(chain[0])) chain.unshift(parent.get(chain[0]));
+      return chain;
+    };
+    const levelEdges = new Map();  // container -> [item, item] of each edge between its items
+    cy.edges().forEach((edge) => {
+      const a = path(edge.source().id()), b = path(edge.target().id());
+      let k = 0;
+      while (k < a.length && k < b.length && a[k] === b[k]) k++;
+      if (k === a.length || k === b.length) return;
+      const container = k === 0 ? "" : a[k - 1];
+      if (!levelEdges.has(container)) levelEdges.set(container, []);
+      levelEdges.get(container).push([a[k], b[k]]);
+    });
+    const size = new Map(), local = new Map();
+    function measure(container) {  // lays out a container's items around (0, 0); returns its extent
+      const items = children.get(container) || [];
+      items.forEach((id) => {
+        const node = cy.$id(id);
+        if (!children.has(id)) size.set(id, { w: node.data("w") || 40, h: node.data("h") || 24 });
+        else if (node.hasClass("eclass")) {
+          const inner = row(id);
+          size.set(id, { w: inner.w + 2 * CLASS_PAD, h: inner.h + 2 * CLASS_PAD });
+        } else {
+          const inner = measure(id);
+          size.set(id, { w: inner.w + 2 * FRAME_PAD, h: inner.h + 2 * FRAME_PAD + FRAME_LABEL });
+        }
+      });
+      const g = new dagre.graphlib.Graph({ multigraph: true });
+      g.setGraph({ rankdir: "TB", nodesep: 14, ranksep: 30, edgesep: 6 });
+      g.setDefaultEdgeLabel(() => ({}));
+      items.forEach((id) => g.setNode(id, { width: size.get(id).w, height: size.get(id).h }));
+      (levelEdges.get(container) || []).forEach(([a, b], k) => { if (a !== b) g.setEdge(a, b, {}, "e" + k); });
+      dagre.layout(g);
+      let x1 = Infinity, y1 = Infinity, x2 = -Infinity, y2 = -Infinity;
+      items.forEach((id) => {
+        const p = g.node(id), s = size.get(id);
+        x1 = Math.min(x1, p.x - s.w / 2); x2 = Math.max(x2, p.x + s.w / 2);
+        y1 = Math.min(y1, p.y - s.h / 2); y2 = Math.max(y2, p.y + s.h / 2);
+      });
+      items.forEach((id) => { const p = g.node(id); local.set(id, { x: p.x - (x1 + x2) / 2, y: p.y - (y1 + y2) / 2 }); });
+      return items.length ? { w: x2 - x1, h: y2 - y1 } : { w: 40, h: 24 };
+    }
+    function row(classId) {  // an e-class's alternatives, side by side
+      const items = children.get(classId);
+      const widths = items.map((id) => cy.$id(id).data("w") || 40);
+      const width = widths.reduce((sum, w) => sum + w, 0) + GAP * (items.length - 1);
+      let x = -width / 2;
+      items.forEach((id, k) => { local.set(id, { x: x + widths[k] / 2, y: 0 }); x += widths[k] + GAP; });
+      return { w: width, h: Math.max(...items.map((id) => cy.$id(id).data("h") || 24)) };
+    }
+    const positions = {};
+    function place(container, x0, y0) {
+      (children.get(container) || []).forEach((id) => {
+        const p = local.get(id), x = x0 + p.x, y = y0 + p.y;
+        if (!children.has(id)) positions[id] = { x, y };
+        else place(id, x, y + (cy.$id(id).hasClass("frame") ? FRAME_LABEL / 2 : 0));  // below the region's label
+      });
+    }
+    measure("");
+    place("", 0, 0);
+    cy.nodes().filter((n) => positions[n.id()] !== undefined).positions((n) => positions[n.id()]);
+  }
+
+  // No focus: fit everything (an overview; labels appear when zoomed in). A focus (an
+  // opened region, a search result): fit it, but not so far out that its labels vanish.
   function view(focus) {
-    const target = focus && focus.length ? focus : cy.elements();
-    cy.fit(target, 30);
+    if (!focus || !focus.length) {
+      cy.fit(cy.elements(), 30);
+      return;
+    }
+    cy.fit(focus, 30);
     const readable = 0.7;  // labels of 10px draw from zoom 0.6 (min-zoomed-font-size)
     if (cy.zoom() < readable) {
       cy.zoom(readable);
-      if (focus && focus.length) cy.center(focus);
-      else {
-        const bounds = cy.elements().boundingBox();
-        cy.pan({ x: 30 - bounds.x1 * readable, y: 30 - bounds.y1 * readable });
-      }
+      cy.center(focus);
     }
   }
 
