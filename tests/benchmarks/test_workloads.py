@@ -149,7 +149,8 @@ def test_full_size_gradient_matches_central_differences_in_random_directions(nam
 @pytest.mark.slow
 @pytest.mark.parametrize("name, case", sorted(SMALL), ids=_ids(sorted(SMALL)))
 def test_compiled_value_and_gradient_match_the_interpreter(name, case):
-    """egad.optimize with the default rules (e-graph, then TVM llvm), ~15-35 s each."""
+    """egad.optimize with the default rules (e-graph, then TVM llvm): 6-25 s a case
+    once TVM is loaded, ~25 s for the first build of a process."""
     module, config = MODULES[name], SMALL[(name, case)]
     args = module.arguments(config)
     positions = module.wrt(config)
