@@ -31,3 +31,37 @@ def rnn_optimization():
     optimization = optimize_program(gradient, egad.rules.default(), check_args=args)
     assert optimization.fallback is None and optimization.graph is not None
     return optimization
+
+
+def many_loops(W, xs, h0):
+    """66 loops in a row, each ten tanh layers deep: over 5,000 e-nodes in 67 regions."""
+    h = h0
+    for k in range(66):
+        def step(t, h, k=k):
+            for j in range(10):
+                h = enp.tanh(h @ W + xs[t] * (0.5 + 0.01 * (k + j))) * 0.9 + h * 0.1
+            return h
+        h = egad.fori_loop(0, xs.shape[0], step, h)
+    return enp.sum(h * h)
+
+
+@pytest.fixture(scope="session")
+def large_optimization():
+    """`many_loops` encoded as it is written (no rules: saturation would only add to it),
+    recorded as the optimizer records what it extracts."""
+    from egad.egraph import Snapshot, encode, extract_inserted
+    from egad.egraph.record import EGraphRecord
+    from egad.extract import CostModel, predicted_cost
+    from egad.optimizer import Optimization
+
+    rng = np.random.default_rng(0)
+    program = egad.trace(many_loops, rng.standard_normal((8, 8)) * 0.2, rng.standard_normal((6, 4, 8)),
+                         np.zeros((4, 8)))
+    encoding = encode(program)
+    snapshot = Snapshot.of(encoding.egraph)
+    origins = encoding.provenance.resolve(snapshot)
+    as_written = extract_inserted(snapshot, origins, encoding.roots)
+    model = CostModel()
+    cost = predicted_cost(encoding, snapshot, as_written, model)
+    return Optimization(program, program, (), predicted_before=cost, predicted_after=cost,
+                        graph=EGraphRecord.of(encoding, snapshot, origins, as_written, as_written, model))

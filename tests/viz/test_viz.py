@@ -186,3 +186,25 @@ def test_cli_viz_runs_a_script_function(tmp_path, capsys):
         main(["viz", f"{tmp_path / 'absent.py'}:optimized"])
     with pytest.raises(egad.EgadError, match="not both"):
         main(["viz", f"{script}:optimized", "--workload", "gnmt-lite-tiny"])
+
+
+@pytest.mark.slow
+def test_page_of_5000_enodes_is_sane(large_optimization, tmp_path):
+    path = viz.render(large_optimization, tmp_path / "large.html")
+    assert path.stat().st_size < 8e6  # ~4 MB: the data is a few hundred bytes per e-node, libraries 0.5 MB
+    data = page_json(path.read_text(encoding="utf-8"))
+    nodes, classes, frames = data["nodes"], data["classes"], {f["id"]: f for f in data["frames"]}
+    assert len(nodes) >= 5000 and len(frames) == 67
+    ids = [n["id"] for n in nodes] + [c["id"] for c in classes] + list(frames)
+    assert len(ids) == len(set(ids))
+    for frame in frames.values():  # a tree under the program's frame
+        seen, at = set(), frame["id"]
+        while frames[at]["parent"] is not None:
+            assert at not in seen
+            seen.add(at)
+            at = frames[at]["parent"]
+        assert at == "r0"
+    # what the page draws at first (regions closed): the program's own classes and one box per loop
+    top = [c for c in classes if c["frame"] == "r0"]
+    assert len(top) + len(frames) < 0.1 * len(nodes)
+    assert len(data["critical"]) == 66 and all(chain["nodes"] for chain in data["critical"])

@@ -157,3 +157,26 @@ def test_gnmt_lite_page(browser, tmp_path):
     data = open_page(browser, workload("gnmt-lite-tiny"), tmp_path)
     assert len(data["nodes"]) > 1000
     check_page(browser, data, tmp_path)
+
+
+@pytest.mark.slow
+def test_page_of_5000_enodes_opens_with_its_regions_closed(browser, large_optimization, tmp_path):
+    started = time.monotonic()
+    data = open_page(browser, large_optimization, tmp_path)
+    seconds = time.monotonic() - started
+    drawn = browser.execute_script("return egadViz.cy.nodes('.enode').filter(n => !n.data('of')).length")
+    closed = browser.execute_script("return egadViz.cy.nodes('.frame.closed').length")
+    assert len(data["nodes"]) >= 5000 and closed == 66 and drawn < 0.1 * len(data["nodes"])
+    assert seconds < 60, f"the first drawing took {seconds:.0f} s"
+    loop = data["critical"][0]["frame"]
+    click_on_graph(browser, loop)
+    time.sleep(0.3)
+    wait_drawn(browser)
+    assert set(data["critical"][0]["nodes"]) <= set(browser.execute_script(
+        "return egadViz.cy.nodes('.critical').map(n => n.id())"))
+    screenshot = tmp_path / "large.png"
+    assert browser.save_screenshot(str(screenshot))
+    rect = browser.execute_script("const r = document.getElementById('graph').getBoundingClientRect();"
+                                  "return [r.x, r.y, r.width, r.height];")
+    colours, inked = distinct_colours(screenshot, rect)
+    assert colours > 50 and inked > 0.05, (colours, inked)
