@@ -18,7 +18,7 @@ def test_every_op_is_documented():
     assert not missing, f"ops missing from docs/ir.md's table: {missing}"
 
 
-DOCUMENTS = ["README.md", "docs/ad.md", "docs/function.md", "docs/lowering.md", "docs/optimizer.md"]
+DOCUMENTS = ["README.md", "docs/ad.md", "docs/function.md", "docs/lowering.md", "docs/optimizer.md", "docs/viz.md"]
 
 
 @pytest.mark.parametrize("document", DOCUMENTS)
