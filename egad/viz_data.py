@@ -120,7 +120,8 @@ class _PageData:
         entry = {"id": node_id, "class": self._class_id(cid), "op": self._op(node, origin), "head": node.head,
                  "cost_us": None if seconds is None else round(seconds * 1e6, 4), "runs": runs,
                  "rule": origin.site.name if origin is not None else "(not recorded)",
-                 "site": f"{relative_path(origin.site.file)}:{origin.site.line}" if origin is not None else "",
+                 "site": f"{relative_path(origin.site.file)}:{origin.site.line}"
+                 if origin is not None and origin.site.name != "input" else "",  # input: its source line says more
                  "source": str(origin.loc) if origin is not None and origin.loc.line else "",
                  "extracted": self.choice.get(cid) == node, "original": self.original.get(cid) == node,
                  "critical": critical,

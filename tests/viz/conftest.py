@@ -33,6 +33,26 @@ def rnn_optimization():
     return optimization
 
 
+def branchy_loss(W, xs, h0):
+    def step(t, h):
+        z = xs[t] @ W + h
+        return egad.cond(enp.sum(z) > 0, lambda z: enp.tanh(z), lambda z: z * 0.5, z)
+    return enp.sum(egad.fori_loop(0, xs.shape[0], step, h0) ** 2)
+
+
+@pytest.fixture(scope="session")
+def branchy_optimization():
+    """A loop whose body branches: if-frames inside loop frames."""
+    from egad.optimizer import optimize_program
+
+    rng = np.random.default_rng(0)
+    args = (rng.standard_normal((8, 8)) * 0.3, rng.standard_normal((5, 4, 8)), np.zeros((4, 8)))
+    gradient = egad.value_and_grad(egad.trace(branchy_loss, *args), wrt=(0,))
+    optimization = optimize_program(gradient, egad.rules.default(), check_args=args)
+    assert optimization.fallback is None
+    return optimization
+
+
 def many_loops(W, xs, h0):
     """66 loops in a row, each ten tanh layers deep: over 5,000 e-nodes in 67 regions."""
     h = h0

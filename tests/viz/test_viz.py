@@ -135,6 +135,18 @@ def test_classes_are_grouped_in_nested_region_frames(rnn_optimization):
     assert sum(f["classes"] for f in frames.values()) == len(data["classes"])
 
 
+def test_branches_are_frames_inside_their_loops_frames(branchy_optimization):
+    data = page_data(branchy_optimization)
+    frames = {f["id"]: f for f in data["frames"]}
+    branches = [f for f in frames.values() if f["kind"] == "if"]
+    assert {f["label"] for f in branches} == {"if (then)", "if (else)"}
+    assert len(branches) == 4  # then and else, in the loop and in its adjoint
+    assert all(frames[f["parent"]]["kind"] in ("for", "reverse for") for f in branches)
+    assert all(f["loc"].startswith("conftest.py:") and f["enodes"] for f in branches)
+    drawn = sorted(round(chain["seconds_per_trip"], 12) for chain in data["critical"])
+    assert drawn == sorted(round(path.chain_seconds, 12) for path in branchy_optimization.critical_path)
+
+
 def test_summary_holds_predicted_costs_and_both_programs(rnn_optimization):
     data = page_data(rnn_optimization)
     summary = data["summary"]
