@@ -8,12 +8,20 @@
     tape bytes + the argument bytes), where the constant C is the peak of the same
     call at T=1 (workspace that does not grow with T).
 
+(c) Checkpointing (egad/ad/checkpoint.py): the LSTM of benchmarks/lstm_lm.py (B=32,
+    I=128, H=256, T=1024, gate by gate) built with `memory_budget` = 1/8 of its
+    store-all tape bytes, beside the same build without a budget. Targets: peak
+    during the call - C <= budget, where C is the peak of the store-all call at T=1
+    (arguments, outputs and workspace: what does not grow with T); step time <= 2x
+    store-all's; gradients equal store-all's (relative 1e-4).
+
 "Peak during the call" is VmHWM - VmRSS before the call: the child builds, warms
-up, resets the kernel's high-water mark (writing 5 to /proc/self/clear_refs; Linux
+up, trims malloc's free memory, resets the kernel's high-water mark (writing 5 to /proc/self/clear_refs; Linux
 only), calls once and reads VmHWM. tracemalloc would not see TVM's buffers, and the
 child's ru_maxrss (also printed) is set by LLVM during the build, not by the call.
 
-    python -m benchmarks.memory        # prints tables, writes results/memory.json
+    python -m benchmarks.memory                 # prints tables, writes results/memory.json
+    python -m benchmarks.memory checkpoint      # one section
 """
 from __future__ import annotations
 
@@ -51,8 +59,21 @@ def _status_kb(field: str) -> int:
     raise RuntimeError(f"/proc/self/status has no {field}")
 
 
+def _release_free_heap() -> None:
+    """Give memory malloc holds but nobody uses back to the kernel (glibc's
+    malloc_trim), so that "RSS before the call" is live memory only: the warm-up
+    call's small freed buffers would otherwise stay resident and hide the peak."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: the measurement is only less exact
+        pass
+
+
 def measure_call(call) -> dict:
     """Run `call()` once; its wall time and the resident memory it added at its peak."""
+    _release_free_heap()
     before_kb = _status_kb("VmRSS")
     with open("/proc/self/clear_refs", "w") as clear_refs:
         clear_refs.write("5")  # the high-water mark restarts from the current RSS
@@ -93,14 +114,41 @@ def child_lstm(T: int) -> dict:
     return measured
 
 
-CHILDREN = {"forward": child_forward, "lstm": child_lstm}
+CHECKPOINT_T = 1024
+CHECKPOINT_FRACTION = 8  # the budget: store-all tape bytes / 8
+CHECKPOINT_STEP_TARGET = 2.0
 
 
-def run_child(kind: str, T: int) -> dict:
+def child_checkpoint(T: int, budget: int = 0) -> dict:
+    """lstm_lm at length T, built with `memory_budget=budget` (0: store-all): the
+    peak of one call, the median of three calls, and the gradients (saved to a file)."""
+    from benchmarks import lstm_lm
+
+    args = lstm_lm.arguments(T)
+    compiled = egad.optimize(lstm_lm.program(T), wrt=lstm_lm.WRT, memory_budget=budget or None, check=False)
+    compiled(*args)  # build and warm up outside the measurement
+    measured = measure_call(lambda: compiled(*args))
+    value, grads = measured.pop("result")
+    seconds = []
+    for _ in range(3):
+        started = time.perf_counter()
+        compiled(*args)
+        seconds.append(time.perf_counter() - started)
+    out = pathlib.Path(os.environ.get("EGAD_BENCH_TMP", "/tmp")) / f"checkpoint-grads-{T}-{budget}.npy"
+    np.save(out, np.concatenate([np.ravel(g) for g in grads]))
+    plan = compiled.checkpoint_plans[0]
+    return {**measured, "step_s": float(np.median(seconds)), "value": float(value), "grads_file": str(out),
+            "plan": plan.lines()}
+
+
+CHILDREN = {"forward": child_forward, "lstm": child_lstm, "checkpoint": child_checkpoint}
+
+
+def run_child(kind: str, T: int, *extra) -> dict:
     """Run one measurement in a fresh interpreter that builds from scratch (the disk
     build cache off); its JSON is the last line it prints."""
     environment = {**os.environ, "EGAD_DISK_CACHE": "0"}
-    done = subprocess.run([sys.executable, "-m", "benchmarks.memory", "--child", kind, str(T)],
+    done = subprocess.run([sys.executable, "-m", "benchmarks.memory", "--child", kind, str(T), *map(str, extra)],
                           capture_output=True, text=True, check=True, env=environment)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -148,13 +196,44 @@ def lstm_table() -> dict:
             "sizes": {"B": lstm.B, "I": lstm.I, "H": lstm.H}}
 
 
+def checkpoint_table() -> dict:
+    from benchmarks import lstm_lm
+    from egad.ad import checkpoint
+
+    store_all_bytes = checkpoint.plan(lstm_lm.program(CHECKPOINT_T), lstm_lm.WRT, 1).store_all_bytes
+    budget = store_all_bytes // CHECKPOINT_FRACTION
+    constant = run_child("checkpoint", 1)
+    rows = {"store-all": run_child("checkpoint", CHECKPOINT_T), "budget": run_child("checkpoint", CHECKPOINT_T, budget)}
+    want, got = (np.load(rows[k]["grads_file"]) for k in ("store-all", "budget"))
+    error = float(np.max(np.abs(got - want)) / np.max(np.abs(want)))
+    C = constant["peak_call_mb"]
+    over = rows["budget"]["peak_call_mb"] - C
+    slowdown = rows["budget"]["step_s"] / rows["store-all"]["step_s"]
+    print(f"(c) checkpointing: lstm_lm B={lstm_lm.B} I={lstm_lm.I} H={lstm_lm.H} T={CHECKPOINT_T} float32, "
+          f"memory_budget = store-all / {CHECKPOINT_FRACTION} = {budget / MB:.1f} MB "
+          f"(store-all tapes {store_all_bytes / MB:.1f} MB)")
+    print("    " + "\n    ".join(rows["budget"]["plan"]))
+    print(f"{'build':>10} {'step ms':>9} {'peak during call MB':>20} {'peak - C MB':>12}")
+    for name, r in rows.items():
+        print(f"{name:>10} {r['step_s'] * 1e3:>9.1f} {r['peak_call_mb']:>20.1f} {r['peak_call_mb'] - C:>12.1f}")
+    print(f"C = peak of the T=1 call = {C:.1f} MB; budget run: peak - C = {over:.1f} MB against a budget of "
+          f"{budget / MB:.1f} MB ({'met' if over <= budget / MB else 'NOT met'}); step {slowdown:.2f}x store-all "
+          f"(target <= {CHECKPOINT_STEP_TARGET}: {'met' if slowdown <= CHECKPOINT_STEP_TARGET else 'NOT met'}); "
+          f"gradients differ by {error:.2g} (relative)\n")
+    return {"rows": rows, "constant_mb": C, "budget_mb": budget / MB, "store_all_tape_mb": store_all_bytes / MB,
+            "peak_minus_constant_mb": over, "step_ratio": slowdown, "step_target": CHECKPOINT_STEP_TARGET,
+            "gradient_relative_error": error}
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--child"]:
-        print(json.dumps(CHILDREN[argv[1]](int(argv[2]))))
+        print(json.dumps(CHILDREN[argv[1]](*map(int, argv[2:]))))
         return 0
-    results = {"machine": platform.platform(), "forward": forward_table(), "lstm": lstm_table()}
+    sections = {"forward": forward_table, "lstm": lstm_table, "checkpoint": checkpoint_table}
+    chosen = argv or list(sections)
+    results = {"machine": platform.platform(), **{name: sections[name]() for name in chosen}}
     RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / "memory.json"
+    out = RESULTS / ("memory.json" if chosen == list(sections) else f"memory-{'-'.join(chosen)}.json")
     out.write_text(json.dumps(results, indent=2))
     print(f"wrote {out}")
     return 0

@@ -31,7 +31,7 @@ class Optimized:
     `(value, grads)` when built with `wrt`, the value alone with `wrt=None`."""
 
     def __init__(self, program: Program, wrt, target, has_aux: bool, families: tuple, example_args=None,
-                 check: bool = True):
+                 check: bool = True, memory_budget: int | None = None):
         self.traced = program
         self.target = target
         self.wrt = wrt
@@ -41,6 +41,8 @@ class Optimized:
         self.check = check
         self.timings: dict[str, float] = {"differentiate": 0.0}
         self.optimizations: list = []  # egad.optimizer.Optimization, one per specialization
+        self.memory_budget = memory_budget
+        self.checkpoint_plans: list = []  # egad.ad.checkpoint.CheckpointPlan, one per specialization (with wrt)
         self._built_programs: dict[int, Program] = {}  # id(compiled) -> the program it was built from
         self.builds = 0  # specializations made ready: compiled, or loaded from a cache
         self.origins = {"built": 0, "memory": 0, "disk": 0}
@@ -97,7 +99,11 @@ class Optimized:
 
         started = time.perf_counter()
         if self.wrt is not None:
-            program = ad.value_and_grad(program, wrt=self.wrt, has_aux=self.has_aux)
+            from .ad import checkpoint
+
+            plan = checkpoint.plan(program, self.wrt, self.memory_budget, self.has_aux)
+            self.checkpoint_plans.append(plan)
+            program = ad.value_and_grad(plan.apply(program), wrt=self.wrt, has_aux=self.has_aux)
         self.timings["differentiate"] += time.perf_counter() - started
         original = program
         optimization = None
@@ -165,6 +171,9 @@ class Optimized:
         lines = [f"egad.optimize report for {self.traced.name} (target {self.target})"]
         if not self.families:
             lines.append("  e-graph: not run (rules=())")
+        for plan in self.checkpoint_plans:
+            head, *rest = plan.lines()
+            lines += [f"  checkpointing: {head}"] + [f"    {line}" for line in rest]
         for k, optimization in enumerate(self.optimizations):
             if len(self.optimizations) > 1:
                 lines.append(f"  specialization {k + 1}: {_shapes_text(optimization.original)}"
@@ -261,8 +270,8 @@ def _shape_of(leaf) -> tuple:
     return tuple(leaf.shape) if hasattr(leaf, "shape") else np.shape(leaf)
 
 
-def optimize(program: Program, wrt=(0,), target="llvm", rules=None, has_aux: bool = False,
-             example_args=None, check: bool = True) -> Optimized:
+def optimize(program: Program, wrt=(0,), target="llvm", memory_budget: int | None = None, rules=None,
+             has_aux: bool = False, example_args=None, check: bool = True) -> Optimized:
     """Compile `program` and, unless `wrt=None`, its gradient into one callable
     returning `(value, grads)`. `target` is "llvm" (or "cpu"), "cuda", "metal",
     "opencl", "webgpu", "vulkan" or a TVM target dict. `rules`: rule families
@@ -270,7 +279,9 @@ def optimize(program: Program, wrt=(0,), target="llvm", rules=None, has_aux: boo
     The optimized program is checked against the original, both interpreted, on
     `example_args` (default: the first call's arguments of each new shape) and
     the original is built if they differ; `check=False` skips that (it costs two
-    interpreted runs per new shape).
+    interpreted runs per new shape). `memory_budget` (bytes of taped residuals):
+    when store-all taping needs more, loops are checkpointed every k trips and
+    recomputed in the adjoint (egad/ad/checkpoint.py), one k per loop chosen to fit.
 
     Example: `f = egad.optimize(egad.trace(loss, W, xs), wrt=(0,)); value, (dW,) = f(W, xs)`"""
     if not isinstance(program, Program):
@@ -280,7 +291,11 @@ def optimize(program: Program, wrt=(0,), target="llvm", rules=None, has_aux: boo
     from .tvm_bridge.targets import resolve
 
     resolve(target)  # unknown targets and missing codegens fail here, not at the first call
-    return Optimized(program, wrt, target, has_aux, families, example_args, check)
+    if memory_budget is not None and (not isinstance(memory_budget, (int, np.integer)) or memory_budget <= 0):
+        raise ArgumentError(message(f"memory_budget={memory_budget!r} is not a positive number of bytes",
+                                    instead="pass e.g. memory_budget=64 * 2**20, or None for store-all"))
+    return Optimized(program, wrt, target, has_aux, families, example_args, check,
+                     None if memory_budget is None else int(memory_budget))
 
 
 def _families(rules) -> tuple:

@@ -75,7 +75,6 @@ class Optimization:
         if self.critical_path:
             out.append("  critical path (per loop: the carried chain that must run trip after trip):")
             out += ["    " + str(path) for path in self.critical_path]
-        out.append("  checkpointing: store-all (every taped residual kept; GradLoop policies are not written yet)")
         if self.measured is not None:
             optimized, original = self.measured
             out.append(f"  measured on the example inputs: {optimized * 1e3:.3g} ms optimized, "

@@ -1,16 +1,21 @@
-"""checkpoint (not written yet): per forward/adjoint loop pair, whole-loop alternatives
-`GradLoop(policy)` for the taped residuals: store-all (what AD writes today), every-k
-(sqrt), binomial Revolve(s) when the trip count is known before the loop, online
-(Stumm-Walther) or doubling for `while`, recompute-all (DESIGN §5).
+"""checkpoint: per-loop GradLoop policies for the taped residuals (DESIGN §5).
 
-Dropping one tape write is a non-local decision (the adjoint loop must recompute what
-it no longer pops), so these will be Python loop transformers, like
-`fuse-shared-operand-matmuls` (rules/fusion.py), that union a whole alternative loop
-pair into the classes of the old one; the cost model then picks one policy per loop
-under `memory_budget`. Until then the family has no rules and the schedule skips it.
+Written today, outside the e-graph: `egad.optimize(..., memory_budget=bytes)` plans
+one policy per top-level `for` loop with a static trip count (egad/ad/checkpoint.py:
+store-all where the budget allows, else every-k checkpointing with the k that fits)
+and differentiates the segmented program, whose adjoint recomputes each segment's
+residuals from its checkpointed state; the e-graph then optimizes that gradient.
+
+Still to do, and why it would live here: the policies as whole-loop alternatives in
+the e-graph (Python loop transformers, like `fuse-shared-operand-matmuls` in
+rules/fusion.py, that union a checkpointed loop pair into the classes of the
+store-all one), so that the cost model weighs recomputation against the other
+rewrites; binomial Revolve(s) when the trip count is known before the loop, and
+online (Stumm-Walther) or doubling policies for `while` loops.
 """
 from __future__ import annotations
 
 from .registry import family
 
-CHECKPOINT = family("checkpoint", __doc__, todo="GradLoop policies: store-all, every-k, Revolve, online, recompute")
+CHECKPOINT = family("checkpoint", __doc__, todo="policies as e-graph alternatives; Revolve; online/doubling for while "
+                    "(every-k runs outside the e-graph: egad/ad/checkpoint.py, memory_budget=)")

@@ -39,6 +39,8 @@ from .activity import Activity, loop_slot_active
 from .adjoint_math import AdjointMath, SparseRows
 
 _COUNTER = TensorType((), "int64", weak=True)
+CHECKPOINT_ATTR = "checkpoint"  # a control op AD recomputes in the adjoint instead of taping (egad/ad/checkpoint.py)
+_RECOMPUTE = object()  # the adjoint record of such an op
 
 
 @dataclasses.dataclass(eq=False)
@@ -148,6 +150,11 @@ class ForwardRegion:
     def run(self, bindings: list[Binding]):
         for binding in bindings:
             if binding.op in ops.CONTROL_OPS and any(self.grad.activity.is_active(v) for v in binding.outputs):
+                if binding.attrs.get(CHECKPOINT_ATTR):
+                    # forward without tapes; the adjoint runs it again (egad/ad/checkpoint.py)
+                    self._copy(binding)
+                    self.adjoints[id(binding)] = _RECOMPUTE
+                    continue
                 with source.located_at(binding.loc):
                     {"for": self._for, "while": self._while, "if": self._branch,
                      "switch": self._branch}[binding.op](binding)
@@ -159,7 +166,8 @@ class ForwardRegion:
         inputs = tuple(self.builder.resolve(to_tracer(self.value(v))) for v in binding.inputs)
         outputs = tuple(Var(v.type, v.hint) for v in binding.outputs)
         regions = tuple(clone_region(r) for r in binding.regions)
-        self.builder.bindings.append(Binding(outputs, binding.op, inputs, dict(binding.attrs), regions, binding.loc))
+        attrs = {k: v for k, v in binding.attrs.items() if k != CHECKPOINT_ATTR}
+        self.builder.bindings.append(Binding(outputs, binding.op, inputs, attrs, regions, binding.loc))
         for old, new in zip(binding.outputs, outputs):
             self.env[old.uid] = Tracer(self.builder, new)
 
@@ -377,12 +385,25 @@ class BackwardRegion:
             with source.located_at(binding.loc):
                 if binding.op in ops.CONTROL_OPS:
                     adjoint = self.forward.adjoints[id(binding)]
-                    if isinstance(adjoint, _LoopAdjoint):
+                    if adjoint is _RECOMPUTE:
+                        self._recompute(binding, cts)
+                    elif isinstance(adjoint, _LoopAdjoint):
                         self._loop(binding, adjoint, cts)
                     else:
                         self._branch(binding, adjoint, cts)
                 else:
                     self._op(binding, cts)
+
+    def _recompute(self, binding: Binding, cts):
+        """The adjoint of a control op whose forward values were not taped: run its
+        forward again here, taping into tapes of this region, then its adjoint. What
+        the rerun reads from the forward pass (a loop's initial state) is captured
+        from the enclosing forward body, so an enclosing loop tapes just that."""
+        again = ForwardRegion(self.grad, self.builder, TapeThread(self.builder, top_level=True),
+                              dict(self.forward.env))
+        plain = dataclasses.replace(binding, attrs={k: v for k, v in binding.attrs.items() if k != CHECKPOINT_ATTR})
+        again.run([plain])
+        BackwardRegion(self.grad, self.builder, again.tapes, again).run([plain], cts)
 
     def _op(self, binding: Binding, cts):
         op = ops.OPS[binding.op]

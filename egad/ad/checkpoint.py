@@ -1,0 +1,260 @@
+"""GradLoop policies: how the adjoint of a loop gets the forward values it reads.
+
+Store-all (what `egad.grad` does by default) tapes every residual of every trip: a
+loop of T trips keeps T x R bytes until its adjoint pops them. Every-k
+checkpointing keeps only the loop's *state* at the start of every k-th trip, and
+recomputes each segment's residuals just before the adjoint needs them:
+
+    for t in range(T): s = body(t, s)
+        ->  for j in range(ceil(T / k)):                       # outer: state taped, ceil(T/k) x S bytes
+                s = for t in range(j*k, min(j*k + k, T)): s = body(t, s)   # inner: "checkpoint"
+
+`segment(program, loop, k)` rewrites the primal program that way and marks the inner
+loop `checkpoint`; AD (egad/ad/transform.py) then copies a marked loop's forward
+without tapes and, in the outer loop's adjoint body, runs it again with tapes
+before running its adjoint. Peak tape memory: ceil(T/k) x S + k x R instead of
+T x R, for one extra forward pass. `plan(program, wrt, budget)` picks one policy per
+loop under a byte budget (`egad.optimize(..., memory_budget=...)`).
+
+    plan = checkpoint.plan(program, wrt=(0,), memory_budget=store_all_bytes // 8)
+    gradient = egad.value_and_grad(plan.apply(program), wrt=(0,))
+
+Scope: top-level `for` loops with a static trip count (`fori_loop`/`scan` over
+static lengths); loops with per-trip outputs (`scan` ys) need k to divide T.
+Binomial (Revolve) and online/doubling policies for `while` loops are not written.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from .. import source
+from ..errors import EgadError, message
+from ..frontend import context
+from ..frontend import numpy_api as enp
+from ..frontend.primitives import record
+from ..frontend.tracer import Tracer
+from ..ir.program import Program, Region, Var, walk_bindings
+from ..ir.types import TapeType, TensorType
+from ..ir.verify import verify
+from .transform import CHECKPOINT_ATTR, clone_region
+
+_COUNTER = TensorType((), "int64", weak=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopPolicy:
+    """One loop's policy: `every` = k (checkpoint every k trips), None for store-all."""
+
+    loop: int  # index among the program's top-level `for` bindings
+    where: str  # the user's source line of the loop
+    trips: int
+    every: int | None
+    residual_bytes: int  # R: bytes taped per trip under store-all
+    state_bytes: int  # S: bytes of the carried state (one checkpoint)
+
+    @property
+    def bytes(self) -> int:
+        if self.every is None:
+            return self.trips * self.residual_bytes
+        return math.ceil(self.trips / self.every) * self.state_bytes + self.every * self.residual_bytes
+
+    def __str__(self) -> str:
+        policy = "store-all" if self.every is None else f"every-{self.every} checkpoints"
+        return (f"loop at {self.where} ({self.trips} trips): {policy}, {_mb(self.bytes)} of tapes "
+                f"(store-all {_mb(self.trips * self.residual_bytes)})")
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointPlan:
+    budget: int | None
+    policies: tuple[LoopPolicy, ...]
+    note: str = ""
+
+    @property
+    def store_all_bytes(self) -> int:
+        return sum(p.trips * p.residual_bytes for p in self.policies)
+
+    @property
+    def planned_bytes(self) -> int:
+        return sum(p.bytes for p in self.policies)
+
+    def apply(self, program: Program) -> Program:
+        """`program` with every checkpointed loop segmented (loops from the last, so
+        that the indices of the earlier ones stay valid)."""
+        for policy in sorted(self.policies, key=lambda p: -p.loop):
+            if policy.every is not None:
+                program = segment(program, policy.loop, policy.every)
+        return program
+
+    def lines(self) -> list[str]:
+        head = (f"memory budget {_mb(self.budget)} for tapes; store-all needs {_mb(self.store_all_bytes)}, "
+                f"this plan {_mb(self.planned_bytes)}" if self.budget is not None
+                else "store-all (every taped residual kept; pass memory_budget= to checkpoint loops)")
+        return [head, *(str(p) for p in self.policies if p.residual_bytes), *([self.note] if self.note else [])]
+
+
+def top_level_loops(program: Program) -> list:
+    """The program's top-level `for` bindings, in order (what `LoopPolicy.loop` indexes)."""
+    return [b for b in program.region.bindings if b.op == "for"]
+
+
+def segment(program: Program, loop: int, k: int) -> Program:
+    """`program` with its `loop`-th top-level `for` split into ceil(T/k) segments of
+    at most k trips; the inner (segment) loop is marked for recomputation."""
+    loops = top_level_loops(program)
+    if not 0 <= loop < len(loops):
+        raise EgadError(message(f"there is no top-level for loop number {loop}",
+                                where=f"program {program.name} ({len(loops)} top-level for loops)"))
+    binding = loops[loop]
+    trips = binding.attrs.get("trip_dim")
+    if not isinstance(trips, int):
+        raise EgadError(message("checkpointing needs a loop with a static trip count",
+                                where=f"the loop at {binding.loc.long()}",
+                                instead="loop over a static range (fori_loop(0, n, ...) with a Python int n)"))
+    n_state = binding.attrs["n_state"]
+    body = binding.regions[0]
+    ys_types = [v.type for v in binding.outputs[n_state:]]
+    if not 1 <= k <= max(trips, 1) or (ys_types and trips % k):
+        raise EgadError(message(f"cannot checkpoint every {k} trips of a loop of {trips} trips"
+                                + (" with per-trip outputs (k must divide the trip count)" if ys_types else ""),
+                                where=f"the loop at {binding.loc.long()}"))
+    segments = math.ceil(trips / k)
+    lo, hi = binding.inputs[:2]
+    inits, invariants = binding.inputs[2:2 + n_state], binding.inputs[2 + n_state:]
+    state_types = [v.type for v in binding.outputs[:n_state]]
+
+    with context.open_region("program", top_level=True) as top, source.located_at(binding.loc):
+        with context.open_region("segment", parent=top) as seg:
+            index = seg.add_param(_COUNTER, "segment")
+            state = [seg.add_param(t, p.hint) for t, p in zip(state_types, body.params[1:1 + n_state])]
+            invs = [seg.add_param(v.type, v.hint) for v in invariants]
+            seg_lo_param, hi_param = seg.add_param(lo.type, "lo"), seg.add_param(hi.type, "hi")
+            start = Tracer(seg, seg_lo_param) + Tracer(seg, index) * k
+            stop = enp.minimum(start + k, Tracer(seg, hi_param))
+            inner = record("for", [start, stop, *(Tracer(seg, v) for v in state), *(Tracer(seg, v) for v in invs)],
+                           {**binding.attrs, "trip_dim": k if ys_types else None, CHECKPOINT_ATTR: True},
+                           state_types + [TensorType((k,) + t.shape[1:], t.dtype) for t in ys_types],
+                           (clone_region(body),))
+            results = [seg.resolve(x) for x in inner]
+        outer_region = Region(tuple(seg.params), seg.bindings, tuple(results), "segment")
+        outer = record("for", [0, segments, *(Tracer(top, v) for v in inits), *(Tracer(top, v) for v in invariants),
+                               Tracer(top, lo), Tracer(top, hi)],
+                       {"n_state": n_state, "reverse": binding.attrs.get("reverse", False), "trip_dim": segments},
+                       state_types + [TensorType((segments, k) + t.shape[1:], t.dtype) for t in ys_types],
+                       (outer_region,))
+        outputs = outer[:n_state] + [enp.reshape(y, t.shape) for y, t in zip(outer[n_state:], ys_types)]
+        replacement = [top.resolve(x) for x in outputs]
+    renamed = {old.uid: new for old, new in zip(binding.outputs, replacement)}
+    bindings = []
+    for b in program.region.bindings:
+        if b is binding:
+            bindings += top.bindings
+        else:
+            bindings.append(dataclasses.replace(b, inputs=tuple(renamed.get(v.uid, v) for v in b.inputs)))
+    results = tuple(renamed.get(v.uid, v) for v in program.region.results)
+    region = Region(program.region.params, bindings, results, program.region.name)
+    return verify(dataclasses.replace(program, region=region))
+
+
+def plan(program: Program, wrt=(0,), memory_budget: int | None = None, has_aux: bool = False) -> CheckpointPlan:
+    """One policy per top-level `for` loop: store-all where the budget allows, else
+    every-k with the k that fits (the largest such k: fewest segments); when even
+    the least memory checkpointing reaches is above the budget, that least."""
+    from .api import value_and_grad
+
+    if memory_budget is None:  # store-all: nothing to measure
+        return CheckpointPlan(None, ())
+    gradient = value_and_grad(program, wrt=wrt, has_aux=has_aux)
+    policies = [LoopPolicy(n, str(b.loc), _trips(b), None,
+                           residual, _nbytes_all(b.outputs[:b.attrs["n_state"]]))
+                for n, (b, residual) in enumerate(zip(top_level_loops(program), _residual_bytes(program, gradient)))]
+    note = ""
+    for n in sorted(range(len(policies)), key=lambda n: -policies[n].bytes):
+        total = sum(p.bytes for p in policies)
+        policy = policies[n]
+        if total <= memory_budget or not policy.residual_bytes or not isinstance(policy.trips, int) \
+                or policy.trips < 2:
+            continue
+        others = total - policy.bytes
+        has_ys = len(top_level_loops(program)[n].outputs) > top_level_loops(program)[n].attrs["n_state"]
+        candidates = [dataclasses.replace(policy, every=k) for k in range(1, policy.trips)
+                      if not has_ys or policy.trips % k == 0]
+        if not candidates:
+            continue
+        fitting = [c for c in candidates if others + c.bytes <= memory_budget]
+        policies[n] = max(fitting, key=lambda c: c.every) if fitting else min(candidates, key=lambda c: c.bytes)
+    if sum(p.bytes for p in policies) > memory_budget:
+        note = (f"the budget is below what every-k checkpointing of these loops reaches "
+                f"({_mb(sum(p.bytes for p in policies))}): the least-memory plan is used")
+    return CheckpointPlan(memory_budget, tuple(policies), note)
+
+
+def _trips(binding):
+    trips = binding.attrs.get("trip_dim")
+    return trips if isinstance(trips, int) else None
+
+
+def _residual_bytes(program: Program, gradient: Program) -> list[int]:
+    """Per top-level primal `for`, the bytes its forward copy in `gradient` tapes per
+    trip. AD copies loops in order and keeps their source lines, and all forward
+    copies come before the adjoint loops: the n-th primal loop of a line is the n-th
+    gradient loop of that line."""
+    by_line: dict[str, list] = {}
+    for b in gradient.region.bindings:
+        if b.op == "for":
+            by_line.setdefault(str(b.loc), []).append(b)
+    seen: dict[str, int] = {}
+    out = []
+    for b in top_level_loops(program):
+        line = str(b.loc)
+        n = seen.get(line, 0)
+        seen[line] = n + 1
+        copies = by_line.get(line, [])
+        copy = copies[n] if n < len(copies) else None
+        taped = copy is not None and any(isinstance(v.type, TapeType) for v in copy.outputs)
+        out.append(_pushed_bytes(copy.regions[0]) if taped else 0)
+    return out
+
+
+def _pushed_bytes(region: Region) -> int:
+    """Bytes pushed onto tapes by one run of `region`, nested loops counted by their
+    static trip counts (symbolic ones as 1)."""
+    total = 0
+    for b in region.bindings:
+        if b.op == "tape_push":
+            total += _nbytes(b.inputs[1].type)
+        elif b.op in ("for", "while", "if", "switch"):
+            trips = _trips(b) if b.op == "for" else 1
+            total += (trips or 1) * max((_pushed_bytes(r) for r in b.regions), default=0)
+    return total
+
+
+def _nbytes(t) -> int:
+    if not isinstance(t, TensorType):
+        return 0
+    size = 1
+    for d in t.shape:
+        size *= d if isinstance(d, int) else 1
+    return size * np.dtype(t.dtype).itemsize
+
+
+def _nbytes_all(vars_) -> int:
+    return sum(_nbytes(v.type) for v in vars_)
+
+
+def _mb(n) -> str:
+    """Bytes for people: 512 B, 3.0 KiB, 40.0 MiB."""
+    if n is None:
+        return "-"
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
+
+
+def checkpointed_loops(program: Program) -> int:
+    """How many loops of `program` (at any depth) are marked for recomputation."""
+    return sum(1 for b in walk_bindings(program.region) if b.attrs.get(CHECKPOINT_ATTR))

@@ -1,0 +1,154 @@
+"""Every-k checkpointing (egad/ad/checkpoint.py): segmenting a loop keeps the primal's
+results, the gradient of a segmented program equals the store-all gradient and
+finite differences, its peak tape memory falls as planned, `plan` fits a budget,
+and `egad.optimize(memory_budget=...)` builds it."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import egad
+import egad.numpy as enp
+from egad.ad import checkpoint
+from egad.errors import ArgumentError, EgadError
+
+from .gradcheck import assert_gradients_match
+
+T, B, H, I = 12, 2, 4, 3
+
+
+def rnn_loss(W, U, xs, h0):
+    def step(t, carry):
+        h, total = carry
+        h = enp.tanh(xs[t] @ U + h @ W)
+        return h, total + enp.sum(h * h)
+
+    h, total = egad.fori_loop(0, xs.shape[0], step, (h0, enp.zeros((), xs.dtype)))
+    return total + enp.sum(h)
+
+
+def scan_loss(W, U, xs, h0, reverse=False):
+    def step(h, x):
+        h = enp.tanh(x @ U + h @ W)
+        return h, enp.sin(h)
+
+    h, ys = egad.scan(step, h0, xs, reverse=reverse)
+    return enp.sum(ys * ys) + enp.sum(h)
+
+
+def nested_loss(W, U, xs, h0):
+    def step(t, h):
+        def layer(_, g):
+            return enp.tanh(g @ W)
+        return egad.fori_loop(0, 2, layer, enp.tanh(xs[t] @ U + h))
+
+    return enp.sum(egad.fori_loop(0, xs.shape[0], step, h0) ** 2)
+
+
+def arguments(seed=0, dtype=np.float64, steps=T):
+    rng = np.random.default_rng(seed)
+    return ((rng.standard_normal((H, H)) * 0.5).astype(dtype), rng.standard_normal((I, H)).astype(dtype),
+            rng.standard_normal((steps, B, I)).astype(dtype), (rng.standard_normal((B, H)) * 0.1).astype(dtype))
+
+
+def _store_all(program, args):
+    stats = egad.RunStats()
+    value = egad.interpret(egad.value_and_grad(program, wrt=(0, 1, 3)), *args, stats=stats)
+    return value, stats.peak_tape_bytes
+
+
+@pytest.mark.parametrize("k", [1, 2, 5, 12])
+def test_segmenting_keeps_the_primal_and_its_gradient(k):
+    args = arguments()
+    program = egad.trace(rnn_loss, *args)
+    segmented = checkpoint.segment(program, 0, k)
+    np.testing.assert_allclose(egad.interpret(segmented, *args), egad.interpret(program, *args), rtol=1e-12)
+    (want_value, want_grads), _ = _store_all(program, args)
+    got_value, got_grads = egad.interpret(egad.value_and_grad(segmented, wrt=(0, 1, 3)), *args)
+    np.testing.assert_allclose(got_value, want_value, rtol=1e-12)
+    for got, want in zip(got_grads, want_grads):
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_scan_outputs_and_reverse_loops_segment_when_k_divides_the_trips(reverse):
+    args = arguments(seed=1)
+    program = egad.trace(lambda *a: scan_loss(*a, reverse=reverse), *args)
+    segmented = checkpoint.segment(program, 0, 4)
+    (want_value, want_grads), _ = _store_all(program, args)
+    got_value, got_grads = egad.interpret(egad.value_and_grad(segmented, wrt=(0, 1, 3)), *args)
+    np.testing.assert_allclose(got_value, want_value, rtol=1e-12)
+    for got, want in zip(got_grads, want_grads):
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+    with pytest.raises(EgadError, match="k must divide"):
+        checkpoint.segment(program, 0, 5)
+
+
+def test_a_loop_with_an_inner_loop_recomputes_both():
+    args = arguments(seed=2)
+    program = egad.trace(nested_loss, *args)
+    (want_value, want_grads), _ = _store_all(program, args)
+    got_value, got_grads = egad.interpret(egad.value_and_grad(checkpoint.segment(program, 0, 3), wrt=(0, 1, 3)),
+                                          *args)
+    for got, want in zip(got_grads, want_grads):
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+
+
+def test_checkpointed_gradients_match_finite_differences():
+    args = arguments(seed=3)
+    program = egad.trace(rnn_loss, *args)
+    plan = checkpoint.plan(program, wrt=(0, 1), memory_budget=1)
+    assert plan.policies[0].every is not None
+    grads = egad.interpret(egad.grad(plan.apply(program), wrt=(0, 1)), *args)
+    assert_gradients_match(rnn_loss, args, wrt=(0, 1), grads=grads)
+
+
+def test_peak_tape_memory_falls_to_what_the_plan_predicts():
+    args = arguments(steps=64)
+    program = egad.trace(rnn_loss, *args)
+    _, store_all_peak = _store_all(program, args)
+    plan = checkpoint.plan(program, wrt=(0, 1, 3), memory_budget=store_all_peak // 4)
+    (policy,) = plan.policies
+    assert policy.every is not None and 1 < policy.every < 64
+    assert plan.store_all_bytes <= store_all_peak <= 1.2 * plan.store_all_bytes  # the model counts what AD tapes
+    _, peak = _store_all(plan.apply(program), args)
+    assert peak <= store_all_peak // 4, (peak, store_all_peak)
+    assert peak <= 1.5 * plan.planned_bytes, (peak, plan.planned_bytes)
+
+
+def test_a_budget_above_store_all_keeps_store_all_and_one_below_reach_says_so():
+    args = arguments()
+    program = egad.trace(rnn_loss, *args)
+    roomy = checkpoint.plan(program, wrt=(0,), memory_budget=10**9)
+    assert [p.every for p in roomy.policies] == [None] and roomy.planned_bytes == roomy.store_all_bytes
+    tight = checkpoint.plan(program, wrt=(0,), memory_budget=1)
+    assert tight.policies[0].every is not None and "least-memory plan" in tight.note
+    policy = tight.policies[0]
+    assert policy.bytes == min(checkpoint.LoopPolicy(0, "", T, k, policy.residual_bytes, policy.state_bytes).bytes
+                               for k in range(1, T))
+
+
+def test_loops_without_a_static_trip_count_are_refused_with_the_reason():
+    def dynamic(W, n):
+        return enp.sum(egad.fori_loop(0, n, lambda t, h: enp.tanh(h @ W), enp.ones((2, 2))))
+
+    program = egad.trace(dynamic, np.eye(2), np.int64(3))
+    with pytest.raises(EgadError, match="static trip count"):
+        checkpoint.segment(program, 0, 2)
+    with pytest.raises(EgadError, match="no top-level for loop number 1"):
+        checkpoint.segment(program, 1, 2)
+
+
+def test_optimize_with_a_memory_budget_builds_the_checkpointed_gradient():
+    args = arguments(dtype=np.float32, steps=16)
+    program = egad.trace(rnn_loss, *args)
+    want_value, want_grads = egad.interpret(egad.value_and_grad(program, wrt=(0, 1)), *args)
+    optimized = egad.optimize(program, wrt=(0, 1), memory_budget=256, rules=())
+    value, grads = optimized(*args)
+    np.testing.assert_allclose(value, want_value, rtol=1e-5)
+    for got, want in zip(grads, want_grads):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+    report = optimized.report()
+    assert "checkpointing: memory budget 256 B" in report and "checkpoints" in report
+    with pytest.raises(ArgumentError, match="memory_budget"):
+        egad.optimize(program, memory_budget=-1)
