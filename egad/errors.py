@@ -47,6 +47,10 @@ class UnsupportedError(EgadError, NotImplementedError):
     """A construct egad does not support (yet), with the supported alternative."""
 
 
+class RuleFileError(EgadError):
+    """A rule family file (`egad rules check path.py`) could not be loaded, or a family name is unknown."""
+
+
 class VerifyError(EgadError):
     """The IR verifier found an ill-formed program (a bug in a transformation, not user input)."""
 

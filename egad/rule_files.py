@@ -1,0 +1,91 @@
+"""Rule families named on the command line: a default family by name, or a
+researcher's own Python file that declares families.
+
+A family file is an ordinary module that declares its families with
+`egad.rules.family` and adds rules to them, exactly as the files of rules/ do
+(docs/rules.md walks through one):
+
+    from egad.rules import family
+    MINE = family("mine", __doc__)
+    MINE.rewrites("tanh-is-odd", "tanh(-x) = -tanh(x)", rewrite(op.tanh(op.neg(x))).to(op.neg(op.tanh(x))))
+
+    families = resolve(["algebra", "path/to/mine.py"])   # [algebra, mine]
+
+A file is loaded once per process (a second `resolve` of it returns the same
+families), since declaring a family or a rule name twice is an error.
+"""
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+import sys
+
+from .errors import RuleFileError, message
+
+_LOADED: dict[pathlib.Path, list] = {}
+
+
+def resolve(names) -> list:
+    """Family objects for `names`: family names (egad.rules.family_named), paths of
+    Python files (each gives the families it declares) or Family objects; in order,
+    without repeats."""
+    families = []
+    for name in names:
+        if hasattr(name, "rules"):  # a Family already
+            found = [name]
+        else:
+            found = load_families(name) if is_family_file(name) else [_named(name)]
+        for family in found:
+            if family not in families:
+                families.append(family)
+    return families
+
+
+def load_families(path) -> list:
+    """The families the Python file at `path` declares."""
+    from . import rules
+
+    path = pathlib.Path(path).resolve()
+    if path in _LOADED:
+        return _LOADED[path]
+    if not path.is_file():
+        raise RuleFileError(message(f"no rule family file at {path}",
+                                    instead="pass the path of a .py file that declares a family, or a family name "
+                                            f"({', '.join(f.name for f in rules.default())})"))
+    before = {f.name for f in rules.families()}
+    module_name = f"_egad_rule_file_{len(_LOADED)}_{path.stem}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module  # dataclasses and pickling look modules up by name
+    try:
+        spec.loader.exec_module(module)
+    except Exception as error:  # noqa: BLE001 - any failure of the user's file is reported as such
+        del sys.modules[module_name]
+        raise RuleFileError(message(
+            f"loading the rule family file {path} failed: {type(error).__name__}: {error}", where=str(path),
+            instead="fix the file (run it with python to see the traceback); family and rule names must be new")) \
+            from error
+    declared = [f for f in rules.families() if f.name not in before]
+    if not declared:
+        raise RuleFileError(message(f"{path} declares no rule family", where=str(path),
+                                    instead='declare one with `MINE = egad.rules.family("mine", __doc__)` and add '
+                                            "rules to it (docs/rules.md)"))
+    _LOADED[path] = declared
+    return declared
+
+
+def is_family_file(name) -> bool:
+    """Whether `name` stands for a file (a path, or a name ending in .py) rather than a family name."""
+    text = str(name)
+    return isinstance(name, pathlib.Path) or text.endswith(".py") or "/" in text or pathlib.Path(text).is_file()
+
+
+def _named(name: str):
+    from . import rules
+
+    try:
+        return rules.family_named(name)
+    except KeyError:
+        raise RuleFileError(message(f"no rule family named {name!r}",
+                                    instead=f"name one of {', '.join(f.name for f in rules.families())}, "
+                                            "or give the path of a .py file that declares one")) from None

@@ -1,0 +1,168 @@
+"""`egad rules check` (egad/rule_check.py): the interpreter judges every rule, on
+generated instances of a rewrite's left side or on whole programs. It exits 1 with a
+shrunk counterexample (rule, file:line, inputs, both programs) on an unsound rule it
+has never seen, written in a file of the user's own, and 0 on sound families."""
+from __future__ import annotations
+
+import itertools
+import textwrap
+
+import numpy as np
+import pytest
+
+import egad
+import egad.numpy as enp
+from egad import cli, rules
+from egad.errors import RuleFileError
+from egad.ir.types import TensorType
+from egad.rule_check import _InstanceSearch, _type_of, check
+from egad.rule_files import load_families
+from egad.rule_patterns import read_rewrite
+from egad.rule_programs import ProgramCase, branch_cases
+
+_FILES = itertools.count()
+
+
+def family_file(tmp_path, body: str):
+    """A research family file; names carry a counter, since a process declares each once."""
+    n = next(_FILES)
+    path = tmp_path / f"research_{n}.py"
+    path.write_text(textwrap.dedent(f'''\
+        """A family of my own, outside rules/."""
+        from egglog import i64, var, vars_
+        from egglog import Vec
+
+        from egad.egraph.language import Term, op
+        from egad.rules import family
+        from egad.rules.registry import rewrite
+
+        MINE = family("research-{n}", __doc__)
+        a, b = vars_("a b", Term)
+        ''') + textwrap.dedent(body).replace("{n}", str(n)))
+    return path, n
+
+
+def line_of(path, text: str) -> int:
+    return next(k for k, line in enumerate(path.read_text().splitlines(), 1) if text in line)
+
+
+def test_an_unsound_rule_it_has_never_seen_exits_1_with_a_shrunk_counterexample(tmp_path, capsys):
+    path, n = family_file(tmp_path, '''\
+        MINE.rewrites("exp-of-sum-{n}", "wrong on purpose: exp(a + b) = exp(a) + exp(b)",
+                      rewrite(op.exp(op.add(a, b))).to(op.add(op.exp(a), op.exp(b))))
+        ''')
+    assert cli.main(["rules", "check", str(path), "--programs", "none"]) == 1
+    out = capsys.readouterr().out
+    assert f"exp-of-sum-{n}" in out and "UNSOUND" in out
+    counterexample = out[out.index("counterexample to"):]
+    assert f"research_{n}.py:{line_of(path, 'MINE.rewrites')}" in counterexample  # the rule's file:line
+    assert "exp(add(a, b)) -> add(exp(a), exp(b))" in counterexample
+    # shrunk by Hypothesis to the simplest instance: float64 scalars
+    assert "a = " in counterexample and "b = " in counterexample and "(float64[])" in counterexample
+    assert "as written:" in counterexample and "rewritten:" in counterexample and "differ by" in counterexample
+
+
+def test_sound_families_pass_with_instances_and_programs_for_each_rule():
+    def rnn(W, U, xs, h0):
+        return enp.sum(egad.fori_loop(0, xs.shape[0], lambda t, h: enp.tanh(xs[t] @ U + h @ W), h0) ** 2)
+
+    def make_args(seed):
+        rng = np.random.default_rng(seed)
+        return rng.normal(size=(3, 3)), rng.normal(size=(3, 3)), rng.normal(size=(4, 2, 3)), rng.normal(size=(2, 3))
+
+    gradient = egad.value_and_grad(egad.trace(rnn, *make_args(0)), wrt=(0, 1))
+    report = check(["loop_invariant", "batching"], programs=[ProgramCase("rnn (gradient)", gradient, make_args)],
+                   examples=12)
+    assert report.sound, report
+    assert {v.rule.name: v.status for v in report.verdicts} == {
+        "hoist-invariant-factors": "ok", "hoist-invariant-matmul-chain": "ok", "hoist-transpose-of-row": "ok",
+        "batch-input-projection": "ok", "batch-elementwise-rows": "ok", "batch-weight-gradient": "ok"}
+    assert all(v.instances >= 12 for v in report.verdicts if v.rule.transform is None)
+    assert report.verdict("batch-weight-gradient").programs == ["rnn (gradient)"]
+    assert "no counterexample" in str(report)
+
+
+def test_an_unsound_region_rule_is_caught_on_the_programs_where_it_fires(tmp_path):
+    path, n = family_file(tmp_path, '''\
+        pred, region, k = var("pred", Term), var("region", i64), var("k", i64)
+        then, otherwise = vars_("then otherwise", Vec[Term])
+        MINE.rewrites("if-is-then-{n}", "wrong on purpose: an if is its then branch",
+                      rewrite(Term.if_(region, pred, then, otherwise).get(k)).to(then[k]))
+        ''')
+    report = check([path], programs=branch_cases())
+    verdict = report.verdict(f"if-is-then-{n}")
+    assert not report.sound and verdict.status == "UNSOUND" and verdict.instances == 0
+    assert "checked on programs" in " ".join(verdict.notes)
+    text = str(verdict.counterexample)
+    assert "program " in text and "make_args(seed=" in text and "as written" in text
+
+
+def test_an_unsound_loop_transformer_is_caught(tmp_path):
+    path, n = family_file(tmp_path, '''\
+        @MINE.transformer("loop-runs-zero-times-{n}", "wrong on purpose: a loop's first state is its init")
+        def loop_runs_zero_times(view):
+            changed = 0
+            for loop, gets in view.outputs().items():
+                for node in view.snapshot.nodes[loop]:
+                    if node.head == "For" and 0 in gets and node.args[3]:
+                        init = view.snapshot.nodes[node.args[3][0]][0]
+                        view.union(gets[0], init)
+                        changed += 1
+            return changed
+        ''')
+    cases = [c for c in branch_cases() if c.name == "in-a-loop"]
+    report = check([path], programs=cases)
+    assert not report.sound and report.verdict(f"loop-runs-zero-times-{n}").counterexample is not None
+    assert "differ by" in str(report)
+
+
+def test_family_files_that_cannot_be_used_say_why(tmp_path, capsys):
+    assert cli.main(["rules", "check", str(tmp_path / "missing.py")]) == 2
+    assert "no rule family file at" in capsys.readouterr().err
+    assert cli.main(["rules", "check", "no-such-family"]) == 2
+    assert "no rule family named 'no-such-family'" in capsys.readouterr().err
+    empty = tmp_path / "empty.py"
+    empty.write_text("x = 1\n")
+    with pytest.raises(RuleFileError, match="declares no rule family"):
+        load_families(empty)
+    broken = tmp_path / "broken.py"
+    broken.write_text("def (:\n")
+    with pytest.raises(RuleFileError, match="broken.py failed: SyntaxError"):
+        load_families(broken)
+
+
+def test_a_family_file_is_loaded_once(tmp_path):
+    path, n = family_file(tmp_path, '''\
+        MINE.rewrites("tanh-is-odd-{n}", "tanh(-x) = -tanh(x)", rewrite(op.tanh(op.neg(a))).to(op.neg(op.tanh(a))))
+        ''')
+    (family,) = load_families(path)
+    assert family.name == f"research-{n}" and load_families(path) == [family]
+    assert rules.family_named(f"research-{n}") is family
+
+
+def test_the_search_finds_well_typed_instances_that_meet_the_conditions():
+    factor_matmul = next(r for r in rules.all_rules() if r.name == "factor-matmul")
+    pattern = read_rewrite(factor_matmul.rewrites[0])  # a@b + a@c -> a@(b + c) when b and c share a shape
+    assignments = _InstanceSearch(pattern).assignments()
+    assert len(assignments) >= 10
+    by_name = [{var.name: value for var, value in assignment.items()} for assignment in assignments]
+    for assignment in by_name:
+        assert assignment["b"].shape == assignment["c"].shape
+    for assignment in assignments:
+        assert isinstance(_type_of(pattern.lhs, assignment), TensorType)
+    assert by_name[0]["a"].ndim <= 1  # simplest first: what Hypothesis shrinks toward
+    flatten = next(r for r in rules.all_rules() if r.name == "sum-keepdims-then-flatten")
+    rank_four = read_rewrite(flatten.rewrites[-1])  # asks for rank_of(x) == 4
+    found = _InstanceSearch(rank_four).assignments()
+    assert found and all(a[rank_four.term_vars[0]].ndim == 4 for a in found)
+
+
+@pytest.mark.slow
+def test_every_default_family_passes_on_instances_and_every_program(capsys):
+    assert cli.main(["rules", "check"]) == 0
+    out = capsys.readouterr().out
+    assert "no counterexample" in out and "UNSOUND" not in out
+    for rule in rules.all_rules():
+        if rule.family in {f.name for f in rules.default()}:
+            line = next(line for line in out.splitlines() if line.split()[:1] == [rule.name])
+            assert " ok " in line, line
