@@ -66,6 +66,9 @@ class SaturationReport:
     classes: int  # Term e-classes at the end
     seconds: float
     facts: int  # analysis facts written
+    # rule name -> seconds spent on it: egglog's search and apply time of its rewrites,
+    # the wall-clock time of a transformer's calls
+    rule_seconds: Counter = dataclasses.field(default_factory=Counter)
 
     @property
     def limit_hit(self) -> str | None:
@@ -139,6 +142,7 @@ def saturate(encoding: Encoding, families=None, limits: Limits = Limits()) -> Sa
     start = time.perf_counter()
     matches: Counter = Counter()
     new_nodes: Counter = Counter()
+    rule_seconds: Counter = Counter()
     facts_written = 0
     snapshot = Snapshot.of(egraph)
     stopped_by, rounds = "rounds", 0
@@ -157,6 +161,10 @@ def saturate(encoding: Encoding, families=None, limits: Limits = Limits()) -> Sa
             name = getattr(decl, "name", None)
             if name and "/" in name:
                 matches[name.rsplit("/", 1)[0]] += count
+        for decl, spent in report.search_and_apply_time_per_rule.items():
+            name = getattr(decl, "name", None)
+            if name and "/" in name:
+                rule_seconds[name.rsplit("/", 1)[0]] += spent.total_seconds()
 
         snapshot = Snapshot.of(egraph)
         editor = Editor(egraph, snapshot, encoding.provenance, encoding.bound)
@@ -170,8 +178,9 @@ def saturate(encoding: Encoding, families=None, limits: Limits = Limits()) -> Sa
         if transformers:
             view = TransformView(encoding, snapshot, analyse(encoding, snapshot), editor)
             for rule in transformers:
-                view.site, recorded = rule.site, len(encoding.provenance)
+                view.site, recorded, started = rule.site, len(encoding.provenance), time.perf_counter()
                 matches[rule.name] += rule.transform(view)
+                rule_seconds[rule.name] += time.perf_counter() - started
                 new_nodes[rule.name] += len(encoding.provenance) - recorded
             if editor.flush():
                 before = _size(snapshot), len(snapshot.nodes)
@@ -189,7 +198,7 @@ def saturate(encoding: Encoding, families=None, limits: Limits = Limits()) -> Sa
             break
     return SaturationReport(tuple(f.name for f in selected), rounds, stopped_by, matches, new_nodes,
                             _size(snapshot), sum(1 for cid in snapshot.nodes if cid.sort == "Term"),
-                            time.perf_counter() - start, facts_written)
+                            time.perf_counter() - start, facts_written, rule_seconds)
 
 
 def _size(snapshot: Snapshot) -> int:
