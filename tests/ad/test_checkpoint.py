@@ -152,3 +152,38 @@ def test_optimize_with_a_memory_budget_builds_the_checkpointed_gradient():
     assert "checkpointing: memory budget 256 B" in report and "checkpoints" in report
     with pytest.raises(ArgumentError, match="memory_budget"):
         egad.optimize(program, memory_budget=-1)
+
+
+# --- random programs: every eligible loop, every k ------------------------------------------
+
+from hypothesis import HealthCheck, assume, given, note, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from .gradcheck import scalar_loss  # noqa: E402
+from .test_random_programs import arguments as random_arguments  # noqa: E402
+from .test_random_programs import build_program, program_descriptions, show_program  # noqa: E402
+
+
+def _segmentable(program):
+    """(loop index, trips, has per-trip outputs) of each top-level loop `segment` takes."""
+    return [(n, b.attrs["trip_dim"], len(b.outputs) > b.attrs["n_state"])
+            for n, b in enumerate(checkpoint.top_level_loops(program)) if isinstance(b.attrs.get("trip_dim"), int)
+            and b.attrs["trip_dim"] >= 2]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(description=program_descriptions(), args=random_arguments(), loss_seed=st.integers(0, 3), data=st.data())
+def test_random_programs_checkpointed_anywhere_keep_their_gradients(description, args, loss_seed, data):
+    program = egad.trace(scalar_loss(build_program(description), loss_seed), *args)
+    loops = _segmentable(program)
+    assume(loops)
+    value, grads = egad.interpret(egad.value_and_grad(program, wrt=(0, 1, 2)), *args)
+    assume(np.isfinite(value))
+    n, trips, has_ys = data.draw(st.sampled_from(loops))
+    k = data.draw(st.sampled_from([k for k in range(1, trips + 1) if not has_ys or trips % k == 0]))
+    note(f"{show_program(description)}\nloop {n} ({trips} trips) every {k}")
+    segmented = checkpoint.segment(program, n, k)
+    got_value, got_grads = egad.interpret(egad.value_and_grad(segmented, wrt=(0, 1, 2)), *args)
+    np.testing.assert_allclose(got_value, value, rtol=1e-12, atol=1e-12)
+    for got, want in zip(egad.pytree.flatten(got_grads)[0], egad.pytree.flatten(grads)[0]):
+        np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
