@@ -57,11 +57,15 @@ class LoopPolicy:
 
     @property
     def bytes(self) -> int:
+        """Tape bytes under this policy (a trip count known only at run time counts as 1)."""
         if self.every is None:
-            return self.trips * self.residual_bytes
+            return (self.trips or 1) * self.residual_bytes
         return math.ceil(self.trips / self.every) * self.state_bytes + self.every * self.residual_bytes
 
     def __str__(self) -> str:
+        if self.trips is None:
+            return (f"loop at {self.where} (trip count known only at run time): store-all, "
+                    f"{_mb(self.residual_bytes)} of tapes per trip (segmenting needs a static trip count)")
         policy = "store-all" if self.every is None else f"every-{self.every} checkpoints"
         return (f"loop at {self.where} ({self.trips} trips): {policy}, {_mb(self.bytes)} of tapes "
                 f"(store-all {_mb(self.trips * self.residual_bytes)})")
@@ -75,7 +79,7 @@ class CheckpointPlan:
 
     @property
     def store_all_bytes(self) -> int:
-        return sum(p.trips * p.residual_bytes for p in self.policies)
+        return sum((p.trips or 1) * p.residual_bytes for p in self.policies)
 
     @property
     def planned_bytes(self) -> int:

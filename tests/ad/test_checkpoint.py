@@ -135,6 +135,10 @@ def test_loops_without_a_static_trip_count_are_refused_with_the_reason():
     program = egad.trace(dynamic, np.eye(2), np.int64(3))
     with pytest.raises(EgadError, match="static trip count"):
         checkpoint.segment(program, 0, 2)
+    plan = checkpoint.plan(program, wrt=(0,), memory_budget=1)  # planned around, said in the report
+    assert [p.every for p in plan.policies] == [None] and "known only at run time" in "\n".join(plan.lines())
+    np.testing.assert_allclose(egad.interpret(plan.apply(program), np.eye(2), np.int64(3)),
+                               egad.interpret(program, np.eye(2), np.int64(3)))
     with pytest.raises(EgadError, match="no top-level for loop number 1"):
         checkpoint.segment(program, 1, 2)
 
