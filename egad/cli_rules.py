@@ -7,8 +7,8 @@
 
 `check` with no argument checks every default family; a FILE.py is a family file of
 your own (egad/rule_files.py). Region rules and loop transformers are checked on the
-programs of `--programs` (default: lstm, gnmt-tiny and the corpus; `--programs none`
-skips them). `stats` runs the workloads lstm, gnmt-tiny (default) and corpus through
+programs of `--programs` (default: lstm, gnmt-tiny, the corpus and the branch probes,
+egad/rule_programs.py; `--programs none` skips them). `stats` runs the workloads lstm, gnmt-tiny (default) and corpus through
 the optimizer; `--rules` names the families to run (default: the default ones) and
 adds those of family files to them.
 """
@@ -33,7 +33,7 @@ def register(commands) -> None:
                             "default family)")
     check.add_argument("--programs", nargs="+", default=None, metavar="WORKLOAD",
                        help="workloads to check region rules and loop transformers on: lstm, gnmt-tiny, corpus, "
-                            "or none (default: all three)")
+                            "branches, or none (default: all four)")
     check.add_argument("--corpus", default=None, metavar="DIR", help="the corpus package (default: tests/programs "
                                                                      "of the repository)")
     check.add_argument("--examples", type=int, default=None, metavar="N",
@@ -44,7 +44,7 @@ def register(commands) -> None:
 
     stats = rules_commands.add_parser("stats", help="per rule: matches, e-nodes added, time, extracted or not")
     stats.add_argument("workloads", nargs="*", metavar="WORKLOAD",
-                       help="lstm, gnmt-tiny, corpus (default: lstm gnmt-tiny)")
+                       help="lstm, gnmt-tiny, corpus, branches (default: lstm gnmt-tiny)")
     stats.add_argument("--rules", nargs="+", default=(), metavar="FAMILY|FILE.py",
                        help="families to run (default: the default families); a family file's families are "
                             "added to them")
@@ -70,10 +70,11 @@ def list_rules() -> int:
 
 def run_check(args) -> int:
     from . import rule_check, rules
+    from .rule_programs import WORKLOADS
 
     try:
         families = _families(args.families) if args.families else rules.default()
-        names = _workload_names(args.programs, ("lstm", "gnmt-tiny", "corpus"))
+        names = _workload_names(args.programs, WORKLOADS)
         started = time.perf_counter()
         report = rule_check.check(families, programs=lambda: _cases(names, args.corpus),
                                   examples=args.examples or rule_check.EXAMPLES_PER_RULE, seed=args.seed,

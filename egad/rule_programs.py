@@ -26,7 +26,6 @@ directory, and `DEFAULT_CORPUS` is the repository's.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import importlib.util
 import pathlib
 import sys
@@ -36,8 +35,8 @@ import numpy as np
 
 from .errors import UnsupportedError, message
 from .ir.program import Program
+from .workloads import REPOSITORY, load_benchmark
 
-REPOSITORY = pathlib.Path(__file__).resolve().parent.parent
 DEFAULT_CORPUS = REPOSITORY / "tests" / "programs"
 WORKLOADS = ("lstm", "gnmt-tiny", "corpus", "branches")
 
@@ -71,18 +70,6 @@ def optimized_cases(cases: list[ProgramCase]) -> list[ProgramCase]:
 
 
 # --- the benchmark workloads -----------------------------------------------------------------
-
-def load_benchmark(name: str):
-    """The module `benchmarks.<name>` of a checkout of egad's repository."""
-    if not (REPOSITORY / "benchmarks" / f"{name}.py").is_file():
-        raise UnsupportedError(message(
-            f"the benchmark workload {name!r} is not here", where=str(REPOSITORY / "benchmarks"),
-            instead="run this from a checkout of egad's repository (git clone, then `make setup`), "
-                    "where benchmarks/ sits beside egad/"))
-    if str(REPOSITORY) not in sys.path:
-        sys.path.insert(0, str(REPOSITORY))
-    return importlib.import_module(f"benchmarks.{name}")
-
 
 LSTM_SIZES = dict(T=6, batch=4, inputs=8, hidden=8)
 

@@ -1,9 +1,11 @@
-"""docs/ir.md keeps up with the op table; README snippets run (CONVENTIONS 9)."""
+"""docs/ir.md keeps up with the op table; README snippets run (CONVENTIONS 9); the
+walkthroughs (docs/rules.md) run block by block, shell commands included."""
 from __future__ import annotations
 
 import pathlib
 import re
 import runpy
+import shlex
 
 import pytest
 
@@ -38,3 +40,53 @@ def test_demo_matches_plain_numpy(capsys):
     assert demo.main() == 0
     out = capsys.readouterr().out
     assert "while" in out and "interpreter matches plain numpy" in out
+
+
+# --- walkthroughs: files, Python and `$ egad ...` commands, in order, in one directory -------------
+
+WALKTHROUGHS = ["docs/rules.md"]
+_BLOCK = re.compile(r"```(python|console)\n(.*?)```", flags=re.S)
+_FILE_MARKER = re.compile(r"# file: (\S+)\n")
+
+
+def _shape(line: str) -> str:
+    """A printed line with its numbers and runs of spaces made uniform: timings vary."""
+    return " ".join(re.sub(r"\d+(\.\d+)?", "#", line).split())
+
+
+def run_console_block(block: str, capsys) -> None:
+    """Each `$ egad ARGS` line runs `egad.cli.main(ARGS)`: its exit status must be 0, or
+    N where the line ends in `# exits N`, and each line shown under it must be printed."""
+    from egad import cli
+
+    commands = re.split(r"^\$ ", block, flags=re.M)[1:]
+    assert commands, f"a console block with no `$ egad` command: {block!r}"
+    for command in commands:
+        line, *shown = command.splitlines()
+        line, _, status = line.partition("# exits")
+        argv = shlex.split(line)
+        assert argv[0] == "egad", f"only egad commands run in docs: {line!r}"
+        capsys.readouterr()
+        assert cli.main(argv[1:]) == int(status or 0), line
+        printed = {_shape(out) for out in capsys.readouterr().out.splitlines()}
+        missing = [out for out in shown if out.strip() and _shape(out) not in printed]
+        assert not missing, f"`{line.strip()}` did not print {missing}"
+
+
+@pytest.mark.parametrize("document", WALKTHROUGHS)
+def test_walkthroughs_run_block_by_block(document, tmp_path, monkeypatch, capsys):
+    """```python blocks that start with `# file: NAME` are written to NAME (the marker
+    line left out), other python blocks run, ```console blocks run their commands."""
+    monkeypatch.chdir(tmp_path)
+    blocks = _BLOCK.findall((ROOT / document).read_text())
+    assert blocks, f"{document} has no block"
+    for k, (kind, block) in enumerate(blocks):
+        marker = _FILE_MARKER.match(block)
+        if kind == "console":
+            run_console_block(block, capsys)
+        elif marker:
+            (tmp_path / marker.group(1)).write_text(block[marker.end():])
+        else:
+            script = tmp_path / f"block_{k}.py"
+            script.write_text(block)
+            runpy.run_path(str(script), run_name="__main__")
