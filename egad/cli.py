@@ -4,6 +4,8 @@ is one line in `_COMMAND_MODULES`:
 
     egad demo                     the main job (egad/demo.py)
     egad rules list               every default family and rule: file:line, why
+    egad rules check [FAMILY|FILE.py ...]   is each rule sound? (egad/cli_rules.py, docs/rules.md)
+    egad rules stats [WORKLOAD ...]         per rule: matches, e-nodes added, time, extracted
     egad bench [workload ...]     egad against JAX and PyTorch (egad/cli_bench.py)
     egad viz                      the extraction visualiser: one HTML page (egad/cli_viz.py)
 """
