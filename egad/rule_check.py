@@ -187,7 +187,8 @@ def check(families, programs=None, examples: int = EXAMPLES_PER_RULE, seed: int 
 
 def _check_rewrites(rule, verdict: RuleVerdict, examples: int, seed) -> bool:
     """Check each rewrite of `rule` on generated instances; False when some rewrite
-    cannot be generated (the rule then goes to the programs too)."""
+    cannot be generated or none of its instances was rewritten (the rule then goes
+    to the programs too)."""
     items = list(rule.rewrites)
     per_item = max(MIN_EXAMPLES_PER_REWRITE, -(-examples // max(len(items), 1)))
     generable = True
@@ -207,7 +208,8 @@ def _check_rewrites(rule, verdict: RuleVerdict, examples: int, seed) -> bool:
             verdict.counterexample = counterexample
             return True
         if why_none:
-            verdict.notes.append(f"{where}: {why_none} ({pattern})")
+            verdict.notes.append(f"{where}: {why_none} ({pattern}); checked on programs")
+            generable = False
     return generable
 
 
@@ -535,7 +537,11 @@ def _build_instance(rule, pattern, assignment: dict) -> _Instance:
     encoding = encode(program)
     before = Snapshot.of(encoding.egraph)  # the program as encoded and decoded, to see whether the rule changed it
     unchanged = decode(encoding, before, extract_inserted(before, encoding.provenance.resolve(before), encoding.roots))
-    report = saturate(encoding, [_alone(rule)], Limits(rounds=3, seconds=5.0))
+    try:
+        report = saturate(encoding, [_alone(rule)], Limits(rounds=3, seconds=5.0))
+    except Exception as error:  # noqa: BLE001 - egglog raises plain exceptions for a rule it cannot run
+        instance.problem = f"saturating with the rule raised {type(error).__name__}: {_first_line(error)}"
+        return instance
     if not report.fired():
         return instance
     snapshot = Snapshot.of(encoding.egraph)
@@ -546,8 +552,8 @@ def _build_instance(rule, pattern, assignment: dict) -> _Instance:
     origins = encoding.provenance.resolve(snapshot)
     try:
         rewritten = decode(encoding, snapshot, extract_latest(snapshot, origins, encoding.roots), origins)
-    except EgadError as error:
-        instance.problem = f"the rewritten program does not decode: {error}"
+    except Exception as error:  # noqa: BLE001 - verify errors and worse: the rule built something unreadable
+        instance.problem = f"the rewritten program does not decode: {type(error).__name__}: {_first_line(error)}"
         return instance
     if fingerprint(rewritten) != fingerprint(unchanged):
         instance.rewritten = rewritten
@@ -661,6 +667,11 @@ def _differences(interpret, original, rewritten, args, scale: float) -> str | No
     return None
 
 
+def _first_line(error: Exception) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0][:300] if lines else ""
+
+
 def _show_value(value) -> str:
     if isinstance(value, TensorType):
         return str(value)
@@ -713,7 +724,7 @@ def _check_program(rule, case, verdict: RuleVerdict) -> None:
         report = saturate(encoding, [_alone(rule)], Limits())
     except Exception as error:  # noqa: BLE001 - a transformer that raises is reported, not propagated
         verdict.counterexample = Counterexample(rule, f"program {case.name}", [],
-                                                f"the rule raised {type(error).__name__}: {error}")
+                                                f"the rule raised {type(error).__name__}: {_first_line(error)}")
         return
     if not report.fired():
         return
@@ -727,9 +738,10 @@ def _check_program(rule, case, verdict: RuleVerdict) -> None:
     origins = encoding.provenance.resolve(snapshot)
     try:
         rewritten = decode(encoding, snapshot, extract_latest(snapshot, origins, encoding.roots), origins)
-    except EgadError as error:
-        verdict.counterexample = Counterexample(rule, where, [], f"the rewritten program does not decode: {error}",
-                                                case.program)
+    except Exception as error:  # noqa: BLE001 - verify errors and worse: the rule built something unreadable
+        verdict.counterexample = Counterexample(
+            rule, where, [], f"the rewritten program does not decode: {type(error).__name__}: {_first_line(error)}",
+            case.program)
         return
     for seed in PROGRAM_SEEDS:
         args = case.make_args(seed)

@@ -116,6 +116,17 @@ def test_an_unsound_loop_transformer_is_caught(tmp_path):
     assert "differ by" in str(report)
 
 
+def test_a_rule_that_raises_is_reported_not_propagated(tmp_path):
+    path, n = family_file(tmp_path, '''\
+        @MINE.transformer("broken-{n}", "raises, as a research rule in progress would")
+        def broken(view):
+            raise ValueError("not finished")
+        ''')
+    report = check([path], programs=branch_cases()[:1])
+    assert not report.sound
+    assert "the rule raised ValueError: not finished" in str(report.verdict(f"broken-{n}").counterexample)
+
+
 def test_family_files_that_cannot_be_used_say_why(tmp_path, capsys):
     assert cli.main(["rules", "check", str(tmp_path / "missing.py")]) == 2
     assert "no rule family file at" in capsys.readouterr().err
