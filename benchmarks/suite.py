@@ -194,11 +194,37 @@ def run_command(options, program: str = "python -m benchmarks.suite") -> int:
     benchmarks.suite` share egad/cli_bench.py's options) and write every output."""
     from . import suite_report
 
-    try:
-        planned = plan(options.workloads)
-    except EgadError as error:
-        print(f"{program}: {error}", file=sys.stderr)
-        return 2
+    results = options.results or RESULTS
+    stored = results / "suite.json"
+    markdown = options.markdown or ROOT / "benchmarks" / "RESULTS.md"
+    readme = None if options.no_readme else ROOT / "README.md"
+    if options.report_only:
+        if not stored.exists():
+            print(f"{program}: --report-only needs {stored}; run the suite first", file=sys.stderr)
+            return 2
+        document = json.loads(stored.read_text())
+    else:
+        try:
+            planned = plan(options.workloads)
+        except EgadError as error:
+            print(f"{program}: {error}", file=sys.stderr)
+            return 2
+        document = measure_and_store(planned, options, program, stored)
+    rows = document["rows"]
+    written = [stored, *suite_report.write_all(document, results, markdown, readme)]
+    print()
+    print(suite_report.pivot_table(rows))
+    print()
+    print(suite_report.goals_table(rows))
+    print("\nwrote " + ", ".join(os.path.relpath(path, ROOT) for path in written))
+    return 0
+
+
+def measure_and_store(planned, options, program: str, stored: pathlib.Path) -> dict:
+    """Run the planned configurations and store them with the rows of earlier runs
+    (unless `options.fresh`) in `stored`; the document written."""
+    from . import suite_report
+
     threads = "each library's default threads" if not options.threads else f"{options.threads} thread(s) each"
     print(f"egad suite: {', '.join(f'{w} ({len(c)} cases)' for w, c in planned)} on {', '.join(options.systems)}; "
           f"cap {options.cap:g} s per configuration, {threads}", flush=True)
@@ -207,25 +233,13 @@ def run_command(options, program: str = "python -m benchmarks.suite") -> int:
         print(f"  (not yet written, skipped: {', '.join(missing)})", flush=True)
     rows = run(planned, options.systems, options.cap, options.min_runs, options.threads,
                progress=lambda line: print(line, flush=True))
-
-    results = options.results or RESULTS
-    results.mkdir(parents=True, exist_ok=True)
-    stored = results / "suite.json"
+    stored.parent.mkdir(parents=True, exist_ok=True)
     previous = [] if options.fresh or not stored.exists() else json.loads(stored.read_text()).get("rows", [])
-    rows = merge(previous, rows)
     document = {"machine": suite_report.machine(), "versions": suite_report.versions(),
                 "systems": {s: FRAMEWORK[s] for s in SYSTEMS}, "command": command_line(options, program),
-                "cap s": options.cap, "rows": rows}
+                "cap s": options.cap, "rows": merge(previous, rows)}
     stored.write_text(json.dumps(document, indent=2, default=str))
-    markdown = options.markdown or ROOT / "benchmarks" / "RESULTS.md"
-    readme = None if options.no_readme else ROOT / "README.md"
-    written = [stored, *suite_report.write_all(document, results, markdown, readme)]
-    print()
-    print(suite_report.pivot_table(rows))
-    print()
-    print(suite_report.goals_table(rows))
-    print("\nwrote " + ", ".join(os.path.relpath(path, ROOT) for path in written))
-    return 0
+    return document
 
 
 def main(argv=None) -> int:

@@ -51,23 +51,31 @@ def _compile_time_vs_T(plt, rows):
         return None
     figure, axes = plt.subplots(figsize=(6.4, 4.2))
     caps = set()
-    for system in systems_in(lstm):
+    for k, system in enumerate(systems_in(lstm)):
         done = sorted((_length(r["case"]), r["compile s"]) for r in lstm if r["system"] == system and "compile s" in r
                       and r["status"] in ("ok", "> cap"))
-        capped = sorted((_length(r["case"]), r["cap s"]) for r in lstm
+        # stopped at the cap before compiling: drawn at the cap, nudged sideways so systems do not hide each other
+        capped = sorted((_length(r["case"]) * (1 + 0.04 * k), r["cap s"]) for r in lstm
                         if r["system"] == system and r["status"] == "> cap" and "compile s" not in r)
         color = COLORS.get(system)
+        label = f"{system} (first call)" if system == "torch-eager" else system
         if done:
-            axes.plot(*zip(*done), marker="o", color=color, label=system, linewidth=2.5 if system == "egad" else 1.5)
+            axes.plot(*zip(*done), marker="o", color=color, label=label, linewidth=2.5 if system == "egad" else 1.5)
         if capped:
             axes.plot(*zip(*capped), linestyle="none", marker="^", markerfacecolor="none", color=color,
-                      markersize=9, label=None if done else f"{system} (> cap)")
+                      markersize=9, label=None if done else f"{label} (> cap)")
+            if done:  # where the line goes: at least up to the cap
+                axes.plot([done[-1][0], capped[0][0]], [done[-1][1], capped[0][1]], linestyle="--", color=color,
+                          linewidth=1)
             caps.update(cap for _, cap in capped)
     for cap in caps:
         axes.axhline(cap, color="grey", linestyle=":", linewidth=1)
-        axes.annotate(f"cap {cap:g} s", (axes.get_xlim()[0], cap), textcoords="offset points", xytext=(4, 3),
-                      fontsize=8, color="grey")
+        axes.text(0.01, cap, f"cap {cap:g} s", transform=axes.get_yaxis_transform(), fontsize=8, color="grey",
+                  verticalalignment="bottom")
     axes.set_xscale("log", base=2)
+    lengths = sorted({_length(r["case"]) for r in lstm})
+    axes.set_xticks(lengths, [str(t) for t in lengths])
+    axes.minorticks_off()
     axes.set_yscale("log")
     axes.set_xlabel("sequence length T (lstm_lm, B=32, I=128, H=256)")
     axes.set_ylabel("compile time, s (first call)")

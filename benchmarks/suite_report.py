@@ -166,13 +166,31 @@ def full_table(rows: list[dict], footnotes: Footnotes) -> str:
             values = []
             for key, _ in FULL_COLUMNS:
                 value = row.get(key)
-                if value is None or row["status"] in ("error", "unsupported", "crashed", "no reference"):
-                    values.append("")
+                if value is None or (row["status"] != "ok" and key != "compile s"):
+                    values.append("")  # a stopped or failed configuration's memory and errors are not its own
                 elif key.endswith("error"):
                     values.append(f"{value:.1e}")
                 else:
                     values.append(_number(value))
             lines.append(f"| {workload} | {case} | {system} | {status} | " + " | ".join(values) + " |")
+    return "\n".join(lines)
+
+
+def egad_phases_table(rows: list[dict]) -> str:
+    """Where egad's compile time goes, case by case (egad.optimize's own timings), and
+    whether the optimized program was kept or the original built instead."""
+    egad = {(r["workload"], r["case"]): r for r in rows if r["system"] == "egad" and r.get("egad phases s")}
+    phases = list(dict.fromkeys(p for r in egad.values() for p in r["egad phases s"]))
+    if not egad:
+        return ""
+    lines = ["| workload | case | " + " | ".join(phases) + " | built |", "|---|---|" + "---:|" * len(phases) + "---|"]
+    for workload, case in ordered_cases(rows):
+        row = egad.get((workload, case))
+        if row is None:
+            continue
+        seconds = [f"{row['egad phases s'].get(p, 0):.2f}" for p in phases]
+        built = "the original (optimized measured slower)" if row.get("egad fallback") else "the optimized program"
+        lines.append(f"| {workload} | {case} | " + " | ".join(seconds) + f" | {built} |")
     return "\n".join(lines)
 
 
@@ -269,12 +287,16 @@ def goals_table(rows: list[dict]) -> str:
 # --- documents ------------------------------------------------------------------------------------------
 
 
+def _threads_text(rows: list[dict]) -> str:
+    threads = sorted({r.get("threads") for r in rows}, key=str)
+    return ", ".join("each library's default threads" if not t else f"{t} thread{'s' * (t > 1)} per system"
+                     for t in threads)
+
+
 def _header(document: dict) -> str:
     m, v = document["machine"], document["versions"]
     dates = sorted({r.get("measured_at", "") for r in document["rows"]} - {""})
-    threads = {r.get("threads") for r in document["rows"]}
-    thread_text = ", ".join("each library's default (all usable CPUs)" if not t else f"{t} per system"
-                            for t in sorted(threads, key=str))
+    thread_text = _threads_text(document["rows"])
     return "\n".join([
         f"Machine: {m.get('processor', '?')}, {m.get('cpus usable')} usable CPUs of {m.get('cpus')}, "
         f"{m.get('memory GiB', '?')} GiB, {m.get('platform')}; load average (1, 5, 15 min) when written: "
@@ -302,6 +324,9 @@ METHOD = """- **compile s**: preparing the step and its first call, in a fresh p
   run in float64 (itself checked against the workload's numpy `reference_loss`), the
   worst array's relative 2-norm error (each array against max(its norm, 1e-6 x the whole
   gradient's)). Above 1e-3 the configuration is "wrong gradient" and is not timed.
+- **threads**: one per system unless the command says otherwise (`--threads`): the
+  OpenMP/MKL/OpenBLAS and TVM pools and XLA's Eigen pool, so that load from other work on
+  a small machine does not stall a spinning pool, and the systems' generated code is compared.
 - A configuration that passes the cap is stopped and recorded as "> cap"; one whose
   system cannot differentiate the workload is recorded with its error."""
 
@@ -314,6 +339,11 @@ def results_markdown(document: dict, plots: list[pathlib.Path], markdown_dir: pa
              "Written by `python -m benchmarks.suite` (`make bench`, `egad bench`); do not edit by hand.",
              _header(document), "## What is measured", METHOD,
              "## Step time / compile time", pivot, "## Goals", goals_table(rows), "## Every measurement", full]
+    phases = egad_phases_table(rows)
+    if phases:
+        parts += ["### egad's compile time by phase (s)",
+                  "`check` interprets the original and the optimized program on the example inputs; `measure` "
+                  "builds the original too and times both side by side, keeping the faster.", phases]
     if footnotes.notes:
         parts += ["### Failures", footnotes.markdown()]
     if plots:
@@ -327,7 +357,8 @@ def readme_section(document: dict, plots: list[pathlib.Path], readme_dir: pathli
     m = document["machine"]
     lines = [PERFORMANCE_BEGIN, "",
              f"One gradient step (loss and gradients) per workload on {m.get('processor', 'this machine')} "
-             f"({m.get('cpus usable')} CPUs), egad against JAX and PyTorch; each cell is step time / compile time. "
+             f"({m.get('cpus usable')} CPUs; {_threads_text(rows)}), egad against JAX and PyTorch; each cell is step "
+             "time / compile time. "
              "Full method, versions, memory and gradient errors: [benchmarks/RESULTS.md](benchmarks/RESULTS.md). "
              "Regenerate with `make bench`.", "", pivot_table(rows, footnotes), ""]
     if footnotes.notes:

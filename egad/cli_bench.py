@@ -37,6 +37,8 @@ def add_arguments(parser) -> None:
                         help="the results page (default benchmarks/RESULTS.md)")
     parser.add_argument("--no-readme", action="store_true", help="leave README.md's Performance section alone")
     parser.add_argument("--fresh", action="store_true", help="forget the rows of earlier runs in suite.json")
+    parser.add_argument("--report-only", action="store_true",
+                        help="measure nothing: write RESULTS.md, the plots and README's section from suite.json")
 
 
 def register(commands) -> None:
