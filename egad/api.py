@@ -120,7 +120,7 @@ class Optimized:
             baseline = self._compile(original)
             optimized_seconds, original_seconds = _time_side_by_side(compiled, baseline, examples)
             optimization = dataclasses.replace(optimization, measured=(optimized_seconds, original_seconds))
-            if optimized_seconds > original_seconds:
+            if optimized_seconds > original_seconds * (1 + MEASURED_NOISE):
                 optimization.fallback = (f"measured slower than the original on the example inputs "
                                          f"({optimized_seconds * 1e3:.3g} ms against {original_seconds * 1e3:.3g} "
                                          f"ms); the original program is built")
@@ -193,9 +193,17 @@ def _runs_here(target) -> bool:
     return resolve(target).kind == "llvm"
 
 
+# The optimized build is kept unless it measures slower than the original by more
+# than this: within it, the two are a tie, and the cost model's choice stands.
+MEASURED_NOISE = 0.03
+
+
 def _time_side_by_side(first, second, args, budget_seconds: float = 2.0, rounds: int = 5) -> tuple[float, float]:
-    """Median seconds per call of two compiled programs on `args`, interleaved round
-    by round (so other load falls on both), within about `budget_seconds`."""
+    """The fastest of a few calls of each of two compiled programs on `args`,
+    interleaved round by round, within about `budget_seconds`. The minimum, not the
+    median: on a shared machine, other load only ever adds time, and a few rounds'
+    median still moves with it (measured here: the same pair 3.04/2.54 ms in one
+    process, 1.8/2.4 ms later)."""
     first(*args), second(*args)  # warm-up: first calls set up the VM
     times: tuple[list, list] = ([], [])
     deadline = time.perf_counter() + budget_seconds
@@ -206,7 +214,7 @@ def _time_side_by_side(first, second, args, budget_seconds: float = 2.0, rounds:
             spent.append(time.perf_counter() - started)
         if time.perf_counter() > deadline:
             break
-    return float(np.median(times[0])), float(np.median(times[1]))
+    return min(times[0]), min(times[1])
 
 
 def _shapes_text(program: Program) -> str:

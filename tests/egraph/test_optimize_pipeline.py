@@ -112,6 +112,20 @@ def test_a_program_the_optimizer_makes_slower_is_built_as_written(monkeypatch):
     np.testing.assert_allclose(value, egad.interpret(traced, *args), rtol=1e-12)
 
 
+def test_a_measured_tie_keeps_the_optimized_program(monkeypatch):
+    """Within the measurement's noise margin the two builds tie, and the cost model's
+    choice stands (no fallback on a 1% difference)."""
+    slower = 1e-3 * (1 + api.MEASURED_NOISE / 3)
+    monkeypatch.setattr(api, "_time_side_by_side", lambda first, second, args: (slower, 1e-3))
+    args = gated_args()
+    traced = egad.trace(gated_rnn, *args)
+    f = egad.optimize(traced, wrt=(0,))
+    f(*args)
+    (optimization,) = f.optimizations
+    assert optimization.fallback is None and optimization.measured == (slower, 1e-3)
+    assert fingerprint(f.program) != fingerprint(egad.value_and_grad(traced, wrt=(0,)))
+
+
 def test_the_critical_path_of_a_recurrence_runs_through_its_matmul():
     from egad.critical_path import critical_paths
 
