@@ -5,10 +5,12 @@
     print(report); report.sound                        # False when some rule has a counterexample
 
 Rewrite rules are checked on instances of their left side. For each rewrite of a rule,
-Hypothesis picks well-typed instances: a type (shape and dtype) for every term variable
-and a value for every attribute variable (a reshape's shape, an axis, a constant),
-found by a small search that runs the op table's shape rules and the conditions it
-can read (`shape_of`, `rank_of`, `dtype_of`, comparisons: egad/rule_patterns.py). The
+a search collects well-typed assignments (`_InstanceSearch`): a type (shape and dtype)
+for every term variable and a value for every attribute variable (a reshape's shape,
+an axis, a constant), kept when the op table's shape rules accept every op of the
+left side and the conditions the search can read hold (`shape_of`, `rank_of`,
+`dtype_of`, comparisons: egad/rule_patterns.py). Hypothesis picks one of them (the
+simplest first when it shrinks) and the inputs. The
 instance is traced into a program, its e-graph is saturated with that rule alone, and
 the program that `extract_latest` decodes (it prefers what the rule made) is
 interpreted beside the instance on random inputs. An instance the rule does not
@@ -16,10 +18,12 @@ rewrite (a condition the search could not read was false) is discarded. A rule w
 `invariant_in` conditions gets its instance inside a two-trip loop: the variables the
 conditions name come from outside, the others are loop state.
 
-Rules whose left side cannot stand alone (an `If`, a `Switch`, a loop's output) and
-loop transformers are checked on whole programs (`programs`: egad/rule_programs.py):
-on every program where the rule fires, alone, the decoded program against the
-original, on the arguments of a few seeds.
+Rules whose left side cannot stand alone (an `If`, a `Switch`, a loop's output), loop
+transformers, and rewrites none of whose instances was rewritten are checked on whole
+programs (`programs`: egad/rule_programs.py's workloads): on every program where the
+rule fires, alone, the program `extract_latest` decodes against the original, on the
+arguments of `PROGRAM_SEEDS` (each float result within the tolerance below of its own
+largest value).
 
 A counterexample names the rule, its file:line, the rewrite, the inputs (shrunk by
 Hypothesis: small shapes, simple values) and both results; a rewrite that changes a
@@ -58,6 +62,7 @@ PROGRAM_SEEDS = (0, 1)  # argument seeds each program is compared on
 LOOP_TRIPS = 2
 _SEARCH_BUDGET = 40_000  # candidate values a rewrite's search for instances may try
 _ASSIGNMENTS = 48  # distinct instances (types and attribute values) a search collects
+_FEW, _LONGER = 4, 4  # a search with fewer than _FEW instances gets _LONGER times the budget
 _TRIES = 8  # random candidates a randomized attempt tries at each variable but the last
 _STALE_ATTEMPTS = 400  # attempts in a row that find nothing new: the search has found what it will
 RTOL = {"float64": 1e-7, "float32": 1e-3, "float16": 1e-2}
@@ -246,6 +251,7 @@ class _InstanceSearch:
         self.conditions = [(c, _condition_vars(c, self.order)) for c in pattern.conditions]
         self.domains = {var: self._filtered(var, self._domain(var)) for var in self.order}
         self.nodes = list(_post_order(pattern.lhs))
+        self.constant_dtypes = {n.dtype for n in self.nodes if isinstance(n, ConstantPattern)}
         if pattern.in_loop and all(v in pattern.outer_vars for v in pattern.term_vars):
             raise NotGenerable("every variable is asked to be loop-invariant: no loop state to build a loop on")
 
@@ -281,7 +287,7 @@ class _InstanceSearch:
         from the first candidates, then randomized attempts that pick each variable at
         random (a few tries until the ops and conditions it completes hold, no
         backtracking) and try every candidate of the last one; all within
-        `_SEARCH_BUDGET` candidate checks."""
+        `_SEARCH_BUDGET` candidate checks (four times that while fewer than `_FEW` are found)."""
         rng = random.Random(seed)
         found: dict = {}
         spent = [0]
@@ -313,7 +319,11 @@ class _InstanceSearch:
                 if position == len(self.order) - 1:
                     tries = rng.sample(candidates, len(candidates))
                 else:
-                    tries = [rng.choice(candidates) for _ in range(_TRIES)]
+                    # most ops want operands of one dtype: half the time, pick among the dtypes in play
+                    in_play = self.constant_dtypes | {v.dtype for v in assignment.values() if isinstance(v, TensorType)}
+                    alike = [c for c in candidates if isinstance(c, TensorType) and c.dtype in in_play]
+                    pool = alike if alike and rng.random() < 0.5 else candidates
+                    tries = [rng.choice(pool) for _ in range(_TRIES)]
                 if not any(fits(assignment, var, value) for value in tries):
                     return False
             return True
@@ -325,7 +335,11 @@ class _InstanceSearch:
         if first(assignment, 0):
             keep(assignment)
         stale = 0
-        while self.order and len(found) < _ASSIGNMENTS and spent[0] < _SEARCH_BUDGET and stale < _STALE_ATTEMPTS:
+
+        def budget() -> int:  # a search that finds few instances may look longer
+            return _SEARCH_BUDGET * (1 if len(found) >= _FEW else _LONGER)
+
+        while self.order and len(found) < _ASSIGNMENTS and spent[0] < budget() and stale < _STALE_ATTEMPTS:
             known, assignment = len(found), {}
             if attempt(assignment):
                 keep(assignment)
