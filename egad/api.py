@@ -98,6 +98,7 @@ class Optimized:
         from .optimizer import optimize_program
 
         started = time.perf_counter()
+        plan = None
         if self.wrt is not None:
             from .ad import checkpoint
 
@@ -112,6 +113,7 @@ class Optimized:
             optimization = optimize_program(program, self.families, self.target, check_args=examples)
             for phase, seconds in optimization.timings.items():
                 self.timings[phase] = self.timings.get(phase, 0.0) + seconds
+            optimization = _within_budget(optimization, original, plan)
             program = optimization.program
         compiled = self._compile(program)
         if optimization is not None and program is not original and examples is not None and _runs_here(self.target):
@@ -191,6 +193,23 @@ def _runs_here(target) -> bool:
     from .tvm_bridge.targets import resolve
 
     return resolve(target).kind == "llvm"
+
+
+def _within_budget(optimization, original: Program, plan):
+    """The optimization, or a fallback to `original` when the optimized program
+    stacks more per-trip values than the memory budget has room for (the plan
+    budgets tapes; a rewrite such as batch-weight-gradient adds stacked operands)."""
+    from .ad import checkpoint
+
+    if plan is None or plan.budget is None or optimization.program is original:
+        return optimization
+    extra = checkpoint.stacked_bytes(optimization.program) - checkpoint.stacked_bytes(original)
+    if extra <= 0 or plan.planned_bytes + extra <= plan.budget:
+        return optimization
+    return dataclasses.replace(optimization, program=original, fallback=(
+        f"the optimized program stacks {extra / 2**20:.1f} MiB more per-trip values than the original, which "
+        f"with {plan.planned_bytes / 2**20:.1f} MiB of tapes exceeds memory_budget "
+        f"({plan.budget / 2**20:.1f} MiB); the original (checkpointed) program is built"))
 
 
 # The optimized build is kept unless it measures slower than the original by more

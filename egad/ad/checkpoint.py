@@ -196,6 +196,13 @@ def plan(program: Program, wrt=(0,), memory_budget: int | None = None, has_aux: 
     return CheckpointPlan(memory_budget, tuple(policies), note)
 
 
+def stacked_bytes(program: Program) -> int:
+    """Bytes of every loop's stacked per-trip outputs (ys), each loop counted once:
+    what a program holds besides its tapes, which rewrites can add to (batching a
+    per-step contraction after the loop stacks its operands)."""
+    return sum(_nbytes_all(b.outputs[b.attrs["n_state"]:]) for b in walk_bindings(program.region) if b.op == "for")
+
+
 def _trips(binding):
     trips = binding.attrs.get("trip_dim")
     return trips if isinstance(trips, int) else None

@@ -191,3 +191,26 @@ def test_random_programs_checkpointed_anywhere_keep_their_gradients(description,
     np.testing.assert_allclose(got_value, value, rtol=1e-12, atol=1e-12)
     for got, want in zip(egad.pytree.flatten(got_grads)[0], egad.pytree.flatten(grads)[0]):
         np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-12)
+
+
+def test_an_optimization_that_stacks_past_the_budget_falls_back_to_the_checkpointed_program():
+    """batch-weight-gradient stacks each step's operands for one contraction after
+    the loop: memory the tape budget did not plan for. Under a tight budget the
+    optimizer's result is refused and the checkpointed program is built."""
+    rng = np.random.default_rng(4)
+    n, batch, inputs, steps = 96, 32, 64, 32  # big enough that the cost model batches the weight gradient
+    args = ((rng.standard_normal((n, n)) / n).astype(np.float32), (rng.standard_normal((inputs, n)) / 8).astype(
+        np.float32), rng.standard_normal((steps, batch, inputs)).astype(np.float32), np.zeros((batch, n), np.float32))
+    program = egad.trace(rnn_loss, *args)
+    want_value, want_grads = egad.interpret(egad.value_and_grad(program, wrt=(0, 1)), *args)
+    roomy = egad.optimize(program, wrt=(0, 1), memory_budget=10**9, check=False)  # check=False: no timing guard
+    roomy(*args)
+    assert checkpoint.stacked_bytes(roomy.program) > 0, "batch-weight-gradient no longer fires here"
+    tight = egad.optimize(program, wrt=(0, 1), memory_budget=64 * 1024, check=False)
+    value, grads = tight(*args)
+    (optimization,) = tight.optimizations
+    assert "more per-trip values than the original" in optimization.fallback
+    assert checkpoint.stacked_bytes(tight.program) == 0
+    np.testing.assert_allclose(value, want_value, rtol=1e-5)
+    for got, want in zip(grads, want_grads):  # float32, summed in another order over 32 steps
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
