@@ -197,18 +197,19 @@ def _runs_here(target) -> bool:
 
 def _within_budget(optimization, original: Program, plan):
     """The optimization, or a fallback to `original` when the optimized program
-    stacks more per-trip values than the memory budget has room for (the plan
-    budgets tapes; a rewrite such as batch-weight-gradient adds stacked operands)."""
+    holds more than the memory budget has room for: the plan budgets tapes, and
+    rewrites such as batch-input-projection (every step's projection at once) or
+    batch-weight-gradient (each step's operands stacked) hold values besides them."""
     from .ad import checkpoint
 
     if plan is None or plan.budget is None or optimization.program is original:
         return optimization
-    extra = checkpoint.stacked_bytes(optimization.program) - checkpoint.stacked_bytes(original)
+    extra = checkpoint.held_bytes(optimization.program) - checkpoint.held_bytes(original)
     if extra <= 0 or plan.planned_bytes + extra <= plan.budget:
         return optimization
     return dataclasses.replace(optimization, program=original, fallback=(
-        f"the optimized program stacks {extra / 2**20:.1f} MiB more per-trip values than the original, which "
-        f"with {plan.planned_bytes / 2**20:.1f} MiB of tapes exceeds memory_budget "
+        f"the optimized program holds up to {extra / 2**20:.1f} MiB more than the original (values batched or "
+        f"stacked over the steps), which with {plan.planned_bytes / 2**20:.1f} MiB of tapes exceeds memory_budget "
         f"({plan.budget / 2**20:.1f} MiB); the original (checkpointed) program is built"))
 
 

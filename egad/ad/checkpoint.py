@@ -139,7 +139,8 @@ def segment(program: Program, loop: int, k: int) -> Program:
             start = Tracer(seg, seg_lo_param) + Tracer(seg, index) * k
             stop = enp.minimum(start + k, Tracer(seg, hi_param))
             inner = record("for", [start, stop, *(Tracer(seg, v) for v in state), *(Tracer(seg, v) for v in invs)],
-                           {**binding.attrs, "trip_dim": k if ys_types else None, CHECKPOINT_ATTR: True},
+                           # a static trip_dim only where every segment has k trips (it sizes ys, here and in AD)
+                           {**binding.attrs, "trip_dim": k if trips % k == 0 else None, CHECKPOINT_ATTR: True},
                            state_types + [TensorType((k,) + t.shape[1:], t.dtype) for t in ys_types],
                            (clone_region(body),))
             results = [seg.resolve(x) for x in inner]
@@ -165,7 +166,8 @@ def segment(program: Program, loop: int, k: int) -> Program:
 
 def plan(program: Program, wrt=(0,), memory_budget: int | None = None, has_aux: bool = False) -> CheckpointPlan:
     """One policy per top-level `for` loop: store-all where the budget allows, else
-    every-k with the k that fits (the largest such k: fewest segments); when even
+    every-k with a k that fits (one dividing the trip count if any does, the largest
+    such k: fewest segments); when even
     the least memory checkpointing reaches is above the budget, that least."""
     from .api import value_and_grad
 
@@ -189,7 +191,10 @@ def plan(program: Program, wrt=(0,), memory_budget: int | None = None, has_aux: 
         if not candidates:
             continue
         fitting = [c for c in candidates if others + c.bytes <= memory_budget]
-        policies[n] = max(fitting, key=lambda c: c.every) if fitting else min(candidates, key=lambda c: c.bytes)
+        # k dividing T first: then every segment has k trips and its shapes are static (exact sizes for the
+        # e-graph's cost model and for `stacked_bytes`); among those, the largest k (fewest segments)
+        fitting.sort(key=lambda c: (policy.trips % c.every == 0, c.every))
+        policies[n] = fitting[-1] if fitting else min(candidates, key=lambda c: c.bytes)
     if sum(p.bytes for p in policies) > memory_budget:
         note = (f"the budget is below what every-k checkpointing of these loops reaches "
                 f"({_mb(sum(p.bytes for p in policies))}): the least-memory plan is used")
@@ -197,10 +202,20 @@ def plan(program: Program, wrt=(0,), memory_budget: int | None = None, has_aux: 
 
 
 def stacked_bytes(program: Program) -> int:
-    """Bytes of every loop's stacked per-trip outputs (ys), each loop counted once:
-    what a program holds besides its tapes, which rewrites can add to (batching a
-    per-step contraction after the loop stacks its operands)."""
+    """Bytes of every loop's stacked per-trip outputs (ys), each loop counted once."""
     return sum(_nbytes_all(b.outputs[b.attrs["n_state"]:]) for b in walk_bindings(program.region) if b.op == "for")
+
+
+def held_bytes(program: Program) -> int:
+    """A conservative size of what a program holds besides its tapes: every value
+    computed at its top level (as if all were alive at once) plus the stacked
+    per-trip outputs of loops inside. Rewrites add to it: batching the input
+    projection out of a loop computes it for every step at once, and batching a
+    weight gradient stacks each step's operands."""
+    top = sum(_nbytes_all(b.outputs) for b in program.region.bindings)
+    nested = sum(_nbytes_all(b.outputs[b.attrs["n_state"]:]) for b in walk_bindings(program.region)
+                 if b.op == "for" and b not in program.region.bindings)
+    return top + nested
 
 
 def _trips(binding):
