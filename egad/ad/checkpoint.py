@@ -36,7 +36,7 @@ from ..frontend import context
 from ..frontend import numpy_api as enp
 from ..frontend.primitives import record
 from ..frontend.tracer import Tracer
-from ..ir.program import Program, Region, Var, walk_bindings
+from ..ir.program import Program, Region, walk_bindings
 from ..ir.types import TapeType, TensorType
 from ..ir.verify import verify
 from .transform import CHECKPOINT_ATTR, clone_region
