@@ -80,6 +80,7 @@ def test_lstm_lm_interpreted_in_float64_matches_numpy():
 
 @pytest.mark.parametrize("peer", sorted(PEERS))
 def test_lstm_lm_peers_match_egad(peer):
+    pytest.importorskip(peer.split("-")[0])  # before the loss is made: making it imports the peer
     args, want = _lstm_reference()
     name, run = PEERS[peer]
     _assert_close(run(getattr(lstm_lm, name)("T16"), args, lstm_lm.WRT), want)
