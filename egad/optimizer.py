@@ -12,7 +12,8 @@ original's on `check_args` (both interpreted) fall back to the original program,
 the result says why. A saturation limit is not a failure: the best term of the
 e-graph as it stands is used, and the result says which limit stopped it.
 
-Results are cached in memory by (program fingerprint, families, target, limits):
+Results are cached in memory by (program fingerprint and source lines, families,
+target, limits):
 `egad.optimize` specializing the same program twice optimizes it once.
 """
 from __future__ import annotations
@@ -99,7 +100,9 @@ def optimize_program(program: Program, families, target="llvm", limits=None, che
 
     limits = limits or Limits(seconds=DEFAULT_SECONDS)
     names = tuple(f if isinstance(f, str) else f.name for f in families)
-    key = (fingerprint(program), names, str(target), limits)
+    # fingerprints leave source lines out; a cached result carries its program's lines
+    # into reports and the visualiser, so programs traced from other lines miss
+    key = (fingerprint(program), _source_lines(program), names, str(target), limits)
     cached = _CACHE.get(key)
     if cached is not None:  # the same program (fingerprints cover ops, types and constants) seen before
         return dataclasses.replace(cached, cached=True)
@@ -197,6 +200,12 @@ def _same_results(optimized: Program, original: Program, args) -> str | None:
         if error > tolerance * max(scale, 1e-30):
             return f"result {k}: max difference {error:.3g} against values up to {scale:.3g}"
     return None
+
+
+def _source_lines(program: Program) -> int:
+    from .ir.program import walk_bindings
+
+    return hash(tuple(str(b.loc) for b in walk_bindings(program.region)))
 
 
 def _first_line(error: Exception) -> str:

@@ -179,10 +179,35 @@ def test_a_limit_uses_the_best_term_so_far_and_the_report_says_which():
 
 def test_optimizer_results_are_cached_by_program():
     args = gated_args(T=5)
-    gradient = egad.value_and_grad(egad.trace(gated_rnn, *args), wrt=(0,))
-    first = optimize_program(gradient, rules.default(), check_args=args)
-    again = optimize_program(egad.value_and_grad(egad.trace(gated_rnn, *args), wrt=(0,)), rules.default())
+
+    def gradient():  # traced and differentiated anew each time, from the same lines
+        return egad.value_and_grad(egad.trace(gated_rnn, *args), wrt=(0,))
+
+    first = optimize_program(gradient(), rules.default(), check_args=args)
+    again = optimize_program(gradient(), rules.default())
     assert not first.cached and again.cached and again.program is first.program
+
+
+def test_a_cached_result_is_not_lent_to_the_same_program_traced_from_other_lines():
+    """Fingerprints leave source lines out; the report's and the visualiser's lines
+    must still be the caller's program's own."""
+    def gated_rnn_written_again(Wi, Wf, Ui, Uf, xs, h0):  # gated_rnn, op for op, on other lines
+        def step(t, h):
+            x = xs[t]
+            i = enn.sigmoid(x @ Wi + h @ Ui)
+            f = enp.tanh(x @ Wf + h @ Uf)
+            return i * f + (1 - i) * h
+
+        return enp.sum(egad.fori_loop(0, xs.shape[0], step, h0) ** 2)
+
+    args = gated_args(T=6)
+    gradient = egad.value_and_grad(egad.trace(gated_rnn, *args), wrt=(0,))
+    again = egad.value_and_grad(egad.trace(gated_rnn_written_again, *args), wrt=(0,))
+    assert fingerprint(again) == fingerprint(gradient)
+    optimize_program(gradient, rules.default())
+    assert optimize_program(gradient, rules.default()).cached
+    result = optimize_program(again, rules.default())
+    assert not result.cached and result.original is again
 
 
 MINE = rules.family("test-mine", "a researcher's family, written outside rules/")
