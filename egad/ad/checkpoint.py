@@ -167,17 +167,16 @@ def segment(program: Program, loop: int, k: int) -> Program:
 def plan(program: Program, wrt=(0,), memory_budget: int | None = None, has_aux: bool = False) -> CheckpointPlan:
     """One policy per top-level `for` loop: store-all where the budget allows, else
     every-k with a k that fits (one dividing the trip count if any does, the largest
-    such k: fewest segments); when even
-    the least memory checkpointing reaches is above the budget, that least."""
+    such k: fewest segments); when even the least memory checkpointing reaches is
+    above the budget, that least."""
     from .api import value_and_grad
 
     if memory_budget is None:  # store-all: nothing to measure
         return CheckpointPlan(None, ())
     gradient = value_and_grad(program, wrt=wrt, has_aux=has_aux)
-    policies = [LoopPolicy(n, str(b.loc), _trips(b), None,
-                           residual, _nbytes_all(b.outputs[:b.attrs["n_state"]]))
-                for n, (b, residual) in enumerate(zip(top_level_loops(program), _residual_bytes(program, gradient)))]
-    note = ""
+    loops = top_level_loops(program)
+    policies = [LoopPolicy(n, str(b.loc), _trips(b), None, residual, _nbytes_all(b.outputs[:b.attrs["n_state"]]))
+                for n, (b, residual) in enumerate(zip(loops, _residual_bytes(program, gradient)))]
     for n in sorted(range(len(policies)), key=lambda n: -policies[n].bytes):
         total = sum(p.bytes for p in policies)
         policy = policies[n]
@@ -185,16 +184,17 @@ def plan(program: Program, wrt=(0,), memory_budget: int | None = None, has_aux: 
                 or policy.trips < 2:
             continue
         others = total - policy.bytes
-        has_ys = len(top_level_loops(program)[n].outputs) > top_level_loops(program)[n].attrs["n_state"]
+        has_ys = len(loops[n].outputs) > loops[n].attrs["n_state"]
         candidates = [dataclasses.replace(policy, every=k) for k in range(1, policy.trips)
                       if not has_ys or policy.trips % k == 0]
         if not candidates:
             continue
         fitting = [c for c in candidates if others + c.bytes <= memory_budget]
         # k dividing T first: then every segment has k trips and its shapes are static (exact sizes for the
-        # e-graph's cost model and for `stacked_bytes`); among those, the largest k (fewest segments)
+        # e-graph's cost model and for `held_bytes`); among those, the largest k (fewest segments)
         fitting.sort(key=lambda c: (policy.trips % c.every == 0, c.every))
         policies[n] = fitting[-1] if fitting else min(candidates, key=lambda c: c.bytes)
+    note = ""
     if sum(p.bytes for p in policies) > memory_budget:
         note = (f"the budget is below what every-k checkpointing of these loops reaches "
                 f"({_mb(sum(p.bytes for p in policies))}): the least-memory plan is used")
