@@ -95,7 +95,7 @@ class Optimized:
 
     def _build(self, program: Program, check_args):
         from . import ad
-        from .optimizer import optimize_program
+        from .optimizer import optimize_program, outcome, results_differ
 
         started = time.perf_counter()
         plan = None
@@ -109,17 +109,32 @@ class Optimized:
         original = program
         optimization = None
         examples = check_args if self.check else None  # None: no example inputs to check or time on
+        runs_here = examples is not None and _runs_here(self.target)
         if self.families:
-            optimization = optimize_program(program, self.families, self.target, check_args=examples)
+            # where the builds run here, their outputs are compared below (no interpreting twice, which
+            # grows with the program's run time); elsewhere the optimizer interprets both
+            optimization = optimize_program(program, self.families, self.target,
+                                            check_args=None if runs_here else examples)
             for phase, seconds in optimization.timings.items():
                 self.timings[phase] = self.timings.get(phase, 0.0) + seconds
             optimization = _within_budget(optimization, original, plan)
             program = optimization.program
         compiled = self._compile(program)
-        if optimization is not None and program is not original and examples is not None and _runs_here(self.target):
+        if optimization is not None and program is not original and runs_here:
+            baseline = self._compile(original)
+            started = time.perf_counter()
+            mismatch = results_differ(outcome(lambda: compiled(*examples)), outcome(lambda: baseline(*examples)))
+            seconds = time.perf_counter() - started
+            self.timings["check"] = self.timings.get("check", 0.0) + seconds
+            optimization = dataclasses.replace(optimization, timings={**optimization.timings, "check": seconds})
+            if mismatch is not None:
+                optimization.fallback = (f"the optimized program's results differ from the original's on the "
+                                         f"example inputs ({mismatch}; both built and run); the original program "
+                                         f"is built")
+                compiled, program = baseline, original
+        if optimization is not None and program is not original and runs_here:
             # never worse than doing nothing, measured: the cost model's guess is not the last word
             started = time.perf_counter()
-            baseline = self._compile(original)
             optimized_seconds, original_seconds = _time_side_by_side(compiled, baseline, examples)
             optimization = dataclasses.replace(optimization, measured=(optimized_seconds, original_seconds))
             if optimized_seconds > original_seconds * (1 + MEASURED_NOISE):
@@ -223,8 +238,7 @@ def _time_side_by_side(first, second, args, budget_seconds: float = 2.0, rounds:
     interleaved round by round, within about `budget_seconds`. The minimum, not the
     median: on a shared machine, other load only ever adds time, and a few rounds'
     median still moves with it (measured here: the same pair 3.04/2.54 ms in one
-    process, 1.8/2.4 ms later)."""
-    first(*args), second(*args)  # warm-up: first calls set up the VM
+    process, 1.8/2.4 ms later). Both have run once already (the results check)."""
     times: tuple[list, list] = ([], [])
     deadline = time.perf_counter() + budget_seconds
     for _ in range(rounds):
@@ -304,10 +318,11 @@ def optimize(program: Program, wrt=(0,), target="llvm", memory_budget: int | Non
     returning `(value, grads)`. `target` is "llvm" (or "cpu"), "cuda", "metal",
     "opencl", "webgpu", "vulkan" or a TVM target dict. `rules`: rule families
     (`egad.rules.default()` when None; `rules=()` builds without the e-graph).
-    The optimized program is checked against the original, both interpreted, on
-    `example_args` (default: the first call's arguments of each new shape) and
-    the original is built if they differ; `check=False` skips that (it costs two
-    interpreted runs per new shape). `memory_budget` (bytes of taped residuals):
+    The optimized program is checked against the original on `example_args`
+    (default: the first call's arguments of each new shape): on the CPU both are
+    built and run, elsewhere both are interpreted; the original is built if they
+    differ, or if it measures faster. `check=False` skips both (they cost a second
+    build and a few runs per new shape). `memory_budget` (bytes of taped residuals):
     when store-all taping needs more, loops are checkpointed every k trips and
     recomputed in the adjoint (egad/ad/checkpoint.py), one k per loop chosen to fit.
 

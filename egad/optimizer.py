@@ -166,18 +166,24 @@ def _optimize(program, families, names, target, limits, check_args) -> Optimizat
 
 
 def _same_results(optimized: Program, original: Program, args) -> str | None:
-    """None when both programs interpret to the same results on `args` (float
-    tolerance: rewrites reassociate sums), else what differs. An error raised by
-    both is agreement; by one only, a mismatch."""
+    """None when both programs interpret to the same results on `args`, else what
+    differs (`results_differ`)."""
     from .interp import interpret
 
-    outcomes = []
-    for program in (original, optimized):
-        try:
-            outcomes.append(flatten(interpret(program, *args))[0])
-        except EgadError as error:
-            outcomes.append(error)
-    want, got = outcomes
+    return results_differ(outcome(lambda: interpret(optimized, *args)), outcome(lambda: interpret(original, *args)))
+
+
+def outcome(run):
+    """What `run()` gives, as a list of leaves, or the EgadError it raises."""
+    try:
+        return flatten(run())[0]
+    except EgadError as error:
+        return error
+
+
+def results_differ(got, want) -> str | None:
+    """None when two `outcome`s agree (float tolerance: rewrites reassociate sums),
+    else what differs. An error in both is agreement; in one only, a mismatch."""
     if isinstance(want, Exception) or isinstance(got, Exception):
         if isinstance(want, Exception) and isinstance(got, Exception):
             return None
