@@ -35,6 +35,8 @@ import egad
 import egad.nn as enn
 import egad.numpy as enp
 
+from .workload import case_config
+
 NAME = "moe_loop"
 
 _SIZES = {"steps": 32, "batch": 32, "inputs": 32, "hidden": 64, "experts": 4, "outputs": 16, "balance": 0.01}
@@ -46,13 +48,7 @@ WRT = {case: tuple(range(len(PARAMS))) for case in CASES}
 
 
 def _config(case) -> dict:
-    if isinstance(case, dict):
-        if case.get("kind") not in CASES:
-            raise ValueError(f"a moe_loop config needs a 'kind' in {sorted(CASES)}, got {case.get('kind')!r}")
-        return case
-    if case not in CASES:
-        raise ValueError(f"unknown moe_loop case {case!r}; cases: {sorted(CASES)}")
-    return CASES[case]
+    return case_config(NAME, CASES, case)
 
 
 def wrt(case) -> tuple:

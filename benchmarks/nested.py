@@ -32,6 +32,8 @@ import numpy as np
 import egad
 import egad.numpy as enp
 
+from .workload import case_config
+
 NAME = "nested"
 
 CASES = {"deep_transition": {"kind": "deep_transition", "steps": 16, "layers": 4, "batch": 16, "inputs": 32,
@@ -43,13 +45,7 @@ WRT = {"deep_transition": tuple(range(len(PARAMS)))}
 
 
 def _config(case) -> dict:
-    if isinstance(case, dict):
-        if case.get("kind") not in CASES:
-            raise ValueError(f"a nested config needs a 'kind' in {sorted(CASES)}, got {case.get('kind')!r}")
-        return case
-    if case not in CASES:
-        raise ValueError(f"unknown nested case {case!r}; cases: {sorted(CASES)}")
-    return CASES[case]
+    return case_config(NAME, CASES, case)
 
 
 def wrt(case) -> tuple:

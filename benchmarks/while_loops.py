@@ -40,6 +40,8 @@ import egad
 import egad.nn as enn
 import egad.numpy as enp
 
+from .workload import case_config
+
 NAME = "while_loops"
 
 CASES = {
@@ -54,13 +56,7 @@ WRT = {"newton": (0, 1), "euler": (0, 1, 2, 3), "rnn_lengths": (0, 1, 2, 3, 4)}
 
 
 def _config(case) -> dict:
-    if isinstance(case, dict):
-        if case.get("kind") not in CASES:
-            raise ValueError(f"a while_loops config needs a 'kind' in {sorted(CASES)}, got {case.get('kind')!r}")
-        return case
-    if case not in CASES:
-        raise ValueError(f"unknown while_loops case {case!r}; cases: {sorted(CASES)}")
-    return CASES[case]
+    return case_config(NAME, CASES, case)
 
 
 def wrt(case) -> tuple:

@@ -48,6 +48,18 @@ def check_case(module_name: str, cases: dict, case: str) -> str:
     return case
 
 
+def case_config(module_name: str, cases: dict, case) -> dict:
+    """A case's config: `cases[case]` for a case name, or `case` itself for a config
+    dict whose "kind" names a case (how tests shrink a workload's sizes)."""
+    if isinstance(case, dict):
+        if case.get("kind") not in cases:
+            raise ValueError(f"a {module_name} config needs a 'kind' in {sorted(cases)}, got {case.get('kind')!r}")
+        return case
+    if case not in cases:
+        raise ValueError(f"unknown {module_name} case {case!r}; cases: {sorted(cases)}")
+    return cases[case]
+
+
 def case_or_call(for_case):
     """Decorate a workload's own loss so that it also serves the suite's interface:
     `loss(*arrays)` computes the loss as before, `loss(case_name)` returns
