@@ -28,10 +28,9 @@ from __future__ import annotations
 import dataclasses
 import math
 
-import numpy as np
-
 from .. import source
 from ..errors import EgadError, message
+from ..cost_model import concrete, nbytes
 from ..frontend import context
 from ..frontend import numpy_api as enp
 from ..frontend.primitives import record
@@ -259,12 +258,10 @@ def _pushed_bytes(region: Region) -> int:
 
 
 def _nbytes(t) -> int:
+    """Bytes of a tensor type, a symbolic dim counted as 1 (0 for tapes and the like)."""
     if not isinstance(t, TensorType):
         return 0
-    size = 1
-    for d in t.shape:
-        size *= d if isinstance(d, int) else 1
-    return size * np.dtype(t.dtype).itemsize
+    return nbytes(concrete(t, lambda d: d if isinstance(d, int) else 1))
 
 
 def _nbytes_all(vars_) -> int:
