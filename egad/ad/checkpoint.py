@@ -202,7 +202,7 @@ def plan(program: Program, wrt=(0,), memory_budget: int | None = None, has_aux: 
 
 def stacked_bytes(program: Program) -> int:
     """Bytes of every loop's stacked per-trip outputs (ys), each loop counted once."""
-    return sum(_nbytes_all(b.outputs[b.attrs["n_state"]:]) for b in walk_bindings(program.region) if b.op == "for")
+    return sum(_ys_bytes(b) for b in walk_bindings(program.region) if b.op == "for")
 
 
 def held_bytes(program: Program) -> int:
@@ -212,7 +212,7 @@ def held_bytes(program: Program) -> int:
     projection out of a loop computes it for every step at once, and batching a
     weight gradient stacks each step's operands."""
     top = sum(_nbytes_all(b.outputs) for b in program.region.bindings)
-    nested = sum(_nbytes_all(b.outputs[b.attrs["n_state"]:]) for b in walk_bindings(program.region)
+    nested = sum(_ys_bytes(b) for b in walk_bindings(program.region)
                  if b.op == "for" and b not in program.region.bindings)
     return top + nested
 
@@ -262,6 +262,11 @@ def _nbytes(t) -> int:
     if not isinstance(t, TensorType):
         return 0
     return nbytes(concrete(t, lambda d: d if isinstance(d, int) else 1))
+
+
+def _ys_bytes(loop) -> int:
+    """Bytes of a `for` binding's stacked per-trip outputs."""
+    return _nbytes_all(loop.outputs[loop.attrs["n_state"]:])
 
 
 def _nbytes_all(vars_) -> int:
