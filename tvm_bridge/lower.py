@@ -70,8 +70,13 @@ class Lowering:
                   for k, p in enumerate(region.params)]
         with self.bb.function(name, [invoke, *params], pure=False, private=name != "main"):
             env = {p.uid: v for p, v in zip(region.params, params)}
-            for binding in region.bindings:
+            pops, bindings, pushes = _tape_ops_at_the_ends(region)
+            if pops:
+                self._pop_all(pops, env)
+            for binding in bindings:
                 self.binding(binding, env, invoke)
+            if pushes:
+                self._push_all(pushes, env)
             results = [env[v.uid] for v in region.results]
             if counter_step:
                 results.append(self.bb.emit(relax.op.add(params[0], relax.const(counter_step, "int64"))))
@@ -144,6 +149,25 @@ class Lowering:
                           ty_args=[relax.TupleType([_loose(v.type) for v in binding.outputs])])
         return self._unpack_typed(call, binding.outputs)
 
+    def _pop_all(self, pops: list[Binding], env: dict):
+        """One driver call pops every tape in `pops` (each call into Python costs a few
+        µs, a pop itself ~1 µs). It hands back the same handles, as `tape_pop` does."""
+        elems = [_loose(b.outputs[0].type) for b in pops]
+        call = relax.Call(relax.ExternFunc("egad.tape_pop_all"), [env[b.inputs[0].uid] for b in pops],
+                          ty_args=[relax.TupleType(elems)])
+        values = self._unpack_typed(call, [b.outputs[0] for b in pops])
+        for binding, value in zip(pops, values):
+            env[binding.outputs[0].uid] = value
+            env[binding.outputs[1].uid] = env[binding.inputs[0].uid]
+
+    def _push_all(self, pushes: list[Binding], env: dict):
+        """One driver call pushes every value in `pushes` onto its tape."""
+        handles = [env[b.inputs[0].uid] for b in pushes]
+        values = [env[b.inputs[1].uid] for b in pushes]
+        self.bb.emit(relax.Call(relax.ExternFunc("egad.tape_push_all"), [*handles, *values], ty_args=[_HANDLE]))
+        for binding, handle in zip(pushes, handles):
+            env[binding.outputs[0].uid] = handle
+
     def _tape(self, binding: Binding, args):
         if binding.op == "tape_alloc":
             return (relax.Call(relax.ExternFunc("egad.tape_alloc"), [], ty_args=[_HANDLE]),)
@@ -152,6 +176,24 @@ class Lowering:
         elem = _loose(binding.outputs[0].type)
         call = relax.Call(relax.ExternFunc("egad.tape_pop"), args, ty_args=[relax.TupleType([elem, _HANDLE])])
         return self._unpack_typed(call, binding.outputs)
+
+
+def _tape_ops_at_the_ends(region: Region) -> tuple[list[Binding], list[Binding], list[Binding]]:
+    """(pops to run first, the other bindings, pushes to run last) of a region. Tapes are
+    linear values: a tape parameter is read by one op only, and a pushed tape a region
+    yields is read by nothing in it. So a pop of a parameter can run at the start and a
+    push whose tape is yielded at the end, each group in one call, in any order among
+    themselves (different tapes are different stacks)."""
+    params = {p.uid for p in region.params}
+    yielded = {v.uid for v in region.results}
+    pops = [b for b in region.bindings if b.op == "tape_pop" and b.inputs[0].uid in params]
+    pushes = [b for b in region.bindings if b.op == "tape_push" and b.outputs[0].uid in yielded]
+    if len(pops) < 2:
+        pops = []
+    if len(pushes) < 2:
+        pushes = []
+    grouped = {id(b) for b in pops + pushes}
+    return pops, [b for b in region.bindings if id(b) not in grouped], pushes
 
 
 def lower(program: Program):

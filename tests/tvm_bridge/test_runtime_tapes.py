@@ -1,0 +1,65 @@
+"""The compiled programs' tapes (tvm_bridge/runtime.py `_Tape`): rows in aligned slabs,
+popped as views that no later push may overwrite."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm
+
+from egad.tvm_bridge import runtime
+
+
+def tensor(value):
+    return tvm.runtime.tensor(np.asarray(value))
+
+
+@pytest.fixture
+def small_slabs(monkeypatch):
+    """Three rows of 3 float32 (padded to 64 bytes) per slab, so tests cross slabs."""
+    monkeypatch.setattr(runtime._Tape, "SLAB_BYTES", 3 * 64)
+
+
+def test_rows_come_back_last_in_first_out_across_slabs(small_slabs):
+    tape = runtime._Tape()
+    rows = [np.arange(3, dtype=np.float32) + 10 * k for k in range(8)]
+    for row in rows:
+        tape.push(tensor(row))
+    assert len(tape.slabs) == 3
+    for row in reversed(rows):
+        popped = tape.pop()
+        assert popped.data_ptr() % 64 == 0  # the VM's kernels assume 64-byte aligned buffers
+        np.testing.assert_array_equal(popped.numpy(), row)
+
+
+def test_a_push_never_overwrites_a_popped_row_still_held(small_slabs):
+    tape = runtime._Tape()
+    for k in range(4):
+        tape.push(tensor(np.full(3, k, np.float32)))
+    held = [tape.pop(), tape.pop()]  # rows 3 and 2, views into the slabs
+    tape.push(tensor(np.full(3, 7, np.float32)))  # lands where row 2 was
+    tape.push(tensor(np.full(3, 8, np.float32)))
+    np.testing.assert_array_equal(held[0].numpy(), np.full(3, 3, np.float32))
+    np.testing.assert_array_equal(held[1].numpy(), np.full(3, 2, np.float32))
+    assert [tape.pop().numpy()[0] for _ in range(4)] == [8, 7, 1, 0]
+
+
+def test_a_pushed_value_is_copied():
+    tape = runtime._Tape()
+    source = tensor(np.ones((2, 2), np.float32))
+    tape.push(source)
+    np.from_dlpack(source)[...] = 5  # the VM may reuse a value's buffer once the push returned
+    np.testing.assert_array_equal(tape.pop().numpy(), np.ones((2, 2), np.float32))
+
+
+@pytest.mark.parametrize("values", [
+    [np.zeros((0, 3), np.float32), np.zeros((0, 3), np.float32)],  # empty rows: no pointer to share
+    [np.ones(3, np.float32), np.ones(4, np.float32), np.ones((), np.float64)],  # shapes and dtypes change
+])
+def test_rows_that_do_not_fit_a_slab_are_kept_as_copies(values):
+    tape = runtime._Tape()
+    for value in values:
+        tape.push(tensor(value))
+    for value in reversed(values):
+        got = tape.pop().numpy()
+        assert got.shape == value.shape and got.dtype == value.dtype
+        np.testing.assert_array_equal(got, value)
