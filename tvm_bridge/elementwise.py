@@ -1,7 +1,7 @@
 """Lowering of egad's elementwise ops to Relax ops (numpy semantics, one dtype)."""
 from __future__ import annotations
 
-from tvm import relax
+from tvm import relax, te, tirx, topi
 
 from .registry import lowers
 
@@ -22,6 +22,28 @@ _BINARY = {
 @lowers(*_UNARY)
 def _unary(bb, args, attrs, binding):
     return _UNARY[binding.op](args[0])
+
+
+@lowers("tanh", "sigmoid")
+def _tanh_or_sigmoid(bb, args, attrs, binding):
+    """float32 tanh and sigmoid as vectorizable polynomials (TVM's fast_tanh and
+    fast_exp, within 5 ulp for tanh and 4e-6 relative for sigmoid, measured over
+    [-100, 100]) instead of a scalar libm call per element: an LSTM's 32x256 tanh took
+    57 us that way. NaN stays NaN: the polynomials clamp their input with min(bound, x)
+    and max(-bound, ...), which LLVM lowers to compare-and-select that passes a NaN x
+    through (tested, scalar and vectorized)."""
+    if binding.inputs[0].type.dtype != "float32":
+        return _UNARY[binding.op](args[0])
+    return bb.emit_te(_FAST_FLOAT32[binding.op], args[0], primfunc_name_hint=f"fast_{binding.op}")
+
+
+def _fast_sigmoid(x):
+    one = tirx.const(1, "float32")
+    exp_minus_x = topi.fast_exp(te.compute(x.shape, lambda *i: -x(*i), name="minus_x"))
+    return te.compute(x.shape, lambda *i: one / (one + exp_minus_x(*i)), name="sigmoid")
+
+
+_FAST_FLOAT32 = {"tanh": topi.fast_tanh, "sigmoid": _fast_sigmoid}
 
 
 @lowers(*_BINARY)

@@ -2,15 +2,17 @@
 
 A two-operand einsum that is a (batched) matrix product in disguise, such as the
 weight gradient 'tki,tkj->ij' that rules/batching.py writes after a reverse loop,
-is lowered as permute + reshape + `R.matmul` + reshape + permute, so that egad's
-tiled matmul schedule (tvm_bridge/schedule.py) runs it; TVM's generic einsum is a
-plain loop nest. Reshapes take the operands' shapes as Relax shape expressions, so
-symbolic dims (a trip count T) work. Anything else (a letter summed within one
-operand, repeated letters, broadcast dims, three operands) stays `R.einsum`.
+is lowered as permute + reshape + `R.matmul` + reshape + permute (a contraction that
+reads a transposed left operand in place when the einsum's letters already put it
+that way), so that egad's tiled matmul schedule (tvm_bridge/schedule.py) runs it;
+TVM's generic einsum is a plain loop nest. Reshapes take the operands' shapes as
+Relax shape expressions, so symbolic dims (a trip count T) work. Anything else (a
+letter summed within one operand, repeated letters, broadcast dims, three operands)
+stays `R.einsum`.
 """
 from __future__ import annotations
 
-from tvm import relax, tirx
+from tvm import relax, te, tirx
 
 from egad.ir.ops import parse_einsum
 
@@ -62,24 +64,44 @@ def _einsum_as_matmul(bb, args, terms, output, types):
         return total
 
     def operand(k, rows, columns):
-        """Operand k as (*batch, rows, columns). When its axes are (*batch, columns,
-        rows), the reshape comes first and a 2-D transpose last, which the matmul
-        schedule reads in place (the weight gradient 'tki,...' is such a case)."""
+        """Operand k as (*batch, rows, columns), or as (*batch, columns, rows) and True
+        when its axes come in that order (the weight gradient 'tki,...' is such a
+        case): then it is only reshaped, and the product reads it transposed in place."""
         arg, term = operands[k], list(terms[k])
         batch_dims = [dims[k][c] for c in batch]
         if term == batch + columns + rows and rows and columns:
-            flat = bb.emit(relax.op.reshape(arg, batch_dims + [size(dims[k], columns), size(dims[k], rows)]))
-            axes = list(range(len(batch)))
-            return bb.emit(relax.op.permute_dims(flat, axes + [len(batch) + 1, len(batch)]))
+            return bb.emit(relax.op.reshape(arg, batch_dims + [size(dims[k], columns), size(dims[k], rows)])), True
         if term != batch + rows + columns:
             arg = bb.emit(relax.op.permute_dims(arg, [term.index(c) for c in batch + rows + columns]))
-        return bb.emit(relax.op.reshape(arg, batch_dims + [size(dims[k], rows), size(dims[k], columns)]))
+        return bb.emit(relax.op.reshape(arg, batch_dims + [size(dims[k], rows), size(dims[k], columns)])), False
 
-    lhs = operand(0, a_free, contracted)
-    rhs = operand(1, contracted, b_free)
-    product = bb.emit(relax.op.matmul(lhs, rhs))
+    lhs, lhs_transposed = operand(0, a_free, contracted)
+    rhs, rhs_transposed = operand(1, contracted, b_free)
+    if lhs_transposed:
+        # TVM's FuseTransposeMatmul folds a transposed right operand into the matmul, not a
+        # left one: a transpose kernel would copy it first (the weight gradient's 2048 x 256
+        # stacked inputs took 1.3 ms, as long as a third of the product itself)
+        product = bb.emit_te(_transposed_product, lhs, rhs, rhs_transposed, primfunc_name_hint="matmul_tn")
+    else:
+        if rhs_transposed:
+            rhs = bb.emit(relax.op.permute_dims(rhs, list(range(len(batch))) + [len(batch) + 1, len(batch)]))
+        product = bb.emit(relax.op.matmul(lhs, rhs))
     product = relax.op.reshape(product, [dims[0][c] for c in batch + a_free] + [dims[1][c] for c in b_free])
     order = batch + a_free + b_free
     if order != list(output):
         product = relax.op.permute_dims(bb.emit(product), [order.index(c) for c in output])
     return product
+
+
+def _transposed_product(a, b, b_transposed: bool):
+    """C[*n, i, j] = sum_k A[*n, k, i] * B[*n, k, j] (B[*n, j, k] when b_transposed): a
+    contraction egad's matmul schedule recognises in any operand layout."""
+    depth = te.reduce_axis((0, a.shape[-2]), name="k")
+    columns = b.shape[-2] if b_transposed else b.shape[-1]
+
+    def element(*index):
+        *n, i, j = index
+        right = b[(*n, j, depth)] if b_transposed else b[(*n, depth, j)]
+        return te.sum(a[(*n, depth, i)] * right, axis=depth)
+
+    return te.compute((*a.shape[:-2], a.shape[-1], columns), element, name="matmul_tn")

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 import tvm
+import tvm_ffi
 from tvm import s_tir, tirx
 from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
 from tvm.s_tir.dlight.analysis import SBlockInfo, get_sblock_info, normalize_prim_func
@@ -604,8 +605,11 @@ def _inline_injective(sch, blocks) -> None:
     while progress:
         progress = False
         for block in remaining:
-            inlined = _try(sch.compute_inline, block) or (
-                all(_is_injective_block(sch, producer) for producer in sch.get_producers(block))
+            consumers, producers = sch.get_consumers(block), sch.get_producers(block)
+            inlined = (not any(_would_copy_expression(sch, block, consumer) for consumer in consumers)
+                       and _try(sch.compute_inline, block)) or (
+                all(_is_injective_block(sch, producer) for producer in producers)
+                and not any(_would_copy_expression(sch, producer, block) for producer in producers)
                 and _try(sch.reverse_compute_inline, block))
             if inlined:
                 remaining.remove(block)
@@ -672,6 +676,42 @@ def _product(extents) -> int | None:
             return None
         total *= extent
     return total
+
+
+# Inlining a block's expression where its consumer reads it twice writes it out twice;
+# along a chain of such blocks (a float32 tanh's polynomial reads its input five times,
+# tvm_bridge/elementwise.py) the copies multiply, and 7 unrolled tanh steps never built.
+MAX_COPIED_EXPRESSION = 8  # nodes: an add or a cast is copied, a polynomial is not
+
+
+def _would_copy_expression(sch, producer, consumer) -> bool:
+    """Whether inlining `producer` into `consumer` (either way) writes a large
+    expression more than once."""
+    store = sch.get(producer).body
+    if not isinstance(store, tirx.BufferStore):
+        return False
+    consumer_store = sch.get(consumer).body
+    if not isinstance(consumer_store, tirx.BufferStore):
+        return False
+    reads = [node for node in _expression_nodes(consumer_store.value)
+             if isinstance(node, tvm.ir.expr.TensorLoad) and node.source.same_as(store.buffer)]
+    return len(reads) > 1 and len(_expression_nodes(store.value)) > MAX_COPIED_EXPRESSION
+
+
+def _expression_nodes(expr) -> list:
+    """Every node of a TIR expression tree (TVM 0.27 has no Python TIR visitor: this
+    walks the FFI fields of each node)."""
+    nodes, stack = [], [expr]
+    while stack:
+        node = stack.pop()
+        nodes.append(node)
+        info = getattr(type(node), "__tvm_ffi_type_info__", None)
+        for field in info.fields if info is not None else ():
+            child = getattr(node, field.name, None)
+            for item in (child if isinstance(child, tvm_ffi.Array) else (child,)):
+                if isinstance(item, tvm.ir.expr.Expr) and not isinstance(item, tvm.ir.Op):
+                    stack.append(item)
+    return nodes
 
 
 def _try(primitive, *args) -> bool:

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import egad
+import egad.nn
 import egad.numpy as enp
 from egad.tvm_bridge import build
 
@@ -18,3 +19,20 @@ def test_expm1_and_log1p_are_accurate_near_zero(dtype, tolerance):
     for got, expected in ((expm1, np.expm1(x)), (log1p, np.log1p(x))):
         relative = np.abs(got - expected) / np.maximum(np.abs(expected), np.finfo(dtype).tiny)
         assert relative.max() < tolerance, (x[relative.argmax()], got[relative.argmax()])
+
+
+def test_float32_tanh_and_sigmoid_polynomials_are_accurate_and_keep_nan():
+    # float32 tanh and sigmoid are vectorized polynomials (tvm_bridge/elementwise.py), not libm
+    x = np.concatenate([np.linspace(-100, 100, 20001), np.logspace(-30, 1, 300), -np.logspace(-30, 1, 300),
+                        [0.0, -0.0, np.inf, -np.inf, np.nan]]).astype(np.float32)
+    tanh, sigmoid = build(egad.trace(lambda x: (enp.tanh(x), egad.nn.sigmoid(x)), x))(x)
+    wide = x.astype(np.float64)
+    with np.errstate(over="ignore"):
+        expected = {"tanh": np.tanh(wide), "sigmoid": 1 / (1 + np.exp(-wide))}
+    for name, got, tolerance in (("tanh", tanh, 1e-6), ("sigmoid", sigmoid, 1e-5)):
+        want = expected[name]
+        finite = np.isfinite(want)
+        relative = np.abs(got[finite] - want[finite]) / np.maximum(np.abs(want[finite]), 1e-30)
+        assert relative.max() < tolerance, (name, x[finite][relative.argmax()])
+        assert np.isnan(got[-1]), name
+    assert tanh[-5:-1].tolist() == [0.0, -0.0, 1.0, -1.0] and sigmoid[-5:-1].tolist() == [0.5, 0.5, 1.0, 0.0]

@@ -200,6 +200,21 @@ def test_elementwise_function_is_parallel_and_vectorized():
     assert {"parallel", "vectorized"} <= loop_kinds(func)
 
 
+def tanh_chain(a):
+    for _ in range(8):  # float32 tanh reads its input a dozen times (a polynomial)
+        a = enp.tanh(a * 0.5) + a
+    return a
+
+
+def test_a_chain_of_polynomials_is_scheduled_without_copying_each_into_the_next():
+    # inlining every tanh into the next would write the first one out 12 ** 8 times
+    funcs = scheduled_prim_funcs(tanh_chain, f32(64, 64))
+    (func,) = funcs.values()
+    assert func.attrs["egad.schedule_rule"] == "elementwise-parallel-vector"
+    assert len(func.script()) < 200_000
+    check_against_interpreter(tanh_chain, f32(64, 64))
+
+
 def test_sum_over_rows_is_parallel_over_columns_and_vectorized():
     funcs = scheduled_prim_funcs(sum_rows, f32(300, 256))
     assert rules_applied(funcs) == {"reduction-parallel-spatial"}
@@ -230,7 +245,10 @@ def test_only_llvm_targets_get_the_cpu_pipeline():
 
 EINSUMS = [("tki,tkj->ij", (6, 4, 5), (6, 4, 3)), ("bij,bjk->kib", (2, 3, 4), (2, 4, 5)), ("ij,kj->ik", (3, 4), (5, 4)),
            ("ijk,jkl->il", (2, 3, 4), (3, 4, 5)), ("ij,ij->", (3, 4), (3, 4)), ("ii->i", (3, 3), None),
-           ("ij,j->i", (3, 4), (4,)), ("ab,cd->abcd", (2, 3), (4, 5))]
+           ("ij,j->i", (3, 4), (4,)), ("ab,cd->abcd", (2, 3), (4, 5)),
+           # left operand read transposed in place, with the right one plain, transposed, batched
+           ("ki,kj->ij", (4, 3), (4, 5)), ("ki,jk->ij", (4, 3), (5, 4)), ("bki,bkj->bij", (2, 4, 3), (2, 4, 5)),
+           ("tbki,tbkj->bij", (3, 2, 4, 3), (3, 2, 4, 5))]
 
 
 @pytest.mark.parametrize("spec, a, b", EINSUMS, ids=[spec for spec, *_ in EINSUMS])
@@ -242,8 +260,12 @@ def test_einsum_lowered_as_a_matmul_or_not_matches_interpreter(spec, a, b):
 def test_einsum_over_a_symbolic_trip_count_is_one_matmul_for_every_length():
     program = egad.trace(lambda A, B: enp.einsum("tki,tkj->ij", A, B),
                          egad.Spec(("T", 4, 5), "float32"), egad.Spec(("T", 4, 3), "float32"))
-    compiled = build(program)
-    assert "R.matmul" in compiled.relax_text and "R.einsum" not in compiled.relax_text
+    before = schedule.RULE_COUNTS["matmul-tiled-packed"]
+    compiled = built(program)
+    # one contraction reading the stacked A transposed in place: no transpose kernel first
+    assert "matmul_tn" in compiled.relax_text and "R.einsum" not in compiled.relax_text
+    assert "permute_dims" not in compiled.relax_text
+    assert schedule.RULE_COUNTS["matmul-tiled-packed"] == before + 1
     for T in (1, 9):
         A, B = f32(T, 4, 5), f32(T, 4, 3)
         np.testing.assert_allclose(compiled(A, B), np.einsum("tki,tkj->ij", A, B), rtol=1e-5, atol=1e-5)
