@@ -28,9 +28,12 @@ Assumes: a `for` loop (its `trip_dim` attribute set: the stacked outputs' first 
 accumulator whose update is `add(Arg(acc), step)` (either order, same dtype) with the
 step a contraction of per-step values: a matmul of rank-2 operands (transposes
 peeled), an einsum, a reduce_sum, under reshapes; an operand that reads no Arg of the
-loop is not stacked. Nothing the new loop computes (the other state, the ys, the
-stacked operands) may read a batched accumulator: an accumulator read elsewhere stays
-in the loop, and the others are checked again. The body holds no control node and no
+loop is not stacked, and neither is `take(X, i, axis=0)` of an invariant X at the
+counter of a loop from 0 over all of X's rows: its stacked rows are X (the input
+gradient's `xs[t]`, which AD reads again rather than tapes). Nothing the new loop
+computes (the other state, the ys, the stacked operands) may read a batched
+accumulator: an accumulator read elsewhere stays in the loop, and the others are
+checked again. The body holds no control node and no
 tape allocation. Sums are reassociated (the rounding of float sums differs in the last
 bits); a loop that runs zero times gives `acc0 + 0` (a `-0.0` becomes `0.0`). Both loops
 pop the same tapes, so an extraction must take every output from one of them: the
@@ -53,6 +56,7 @@ from egad.errors import EgadError
 from egad.ir import ops
 from egad.ir.types import TensorType
 
+from .patterns import int_constant
 from .registry import family, rewrite
 
 BATCHING = family("batching", __doc__)
@@ -182,13 +186,17 @@ def _batch(view, loop: ENode, gets: dict[int, ClassId]) -> bool:
         return copies.get(cid, cid)
 
     ys = list(results[n_state:])
-    stacked = [c for c in _stacked(plans, invariant) if c not in ys]  # a leaf the loop stacks already is reused
+    whole = {leaf: rows for leaf in _stacked(plans, invariant)
+             if (rows := _rows_of_invariant(view, region, lo, hi, leaf, invariant)) is not None}
+    # a leaf the loop stacks already is reused; one that is a row of an invariant is not stacked
+    stacked = [c for c in _stacked(plans, invariant) if c not in ys and c not in whole]
     new_results = tuple(copy(results[k]) for k in kept) + tuple(copy(c) for c in results[n_state:]) + \
         tuple(copy(c) for c in stacked)
     new_loop = record(view.snapshot.index[loop], ENode("For", (new_region, lo, hi, tuple(inits[k] for k in kept),
                                                                 new_results, attrs_class)))
     outputs = [ENode("Get", (new_loop, j)) for j in range(len(new_results))]
     rows = {cid: outputs[len(kept) + j] for j, cid in enumerate(ys + stacked)}  # a per-step value -> its rows
+    rows.update(whole)
     for k, get in sorted(gets.items()):
         if k >= n_state:
             view.union(get, outputs[len(kept) + k - n_state])
@@ -212,6 +220,22 @@ def _stacked(plans, invariant) -> list[ClassId]:
     for plan, _ in plans.values():
         leaves.update((leaf, None) for leaf, _ in plan.leaves if leaf not in invariant)
     return list(leaves)
+
+
+def _rows_of_invariant(view, region: int, lo: ClassId, hi: ClassId, leaf: ClassId, invariant) -> ClassId | None:
+    """X when the per-step `leaf` is `take(X, i, axis=0)` at the loop's counter, for an
+    invariant X with as many rows as the loop runs trips from 0: its rows stacked over
+    the trips (at i - lo, whatever the direction) are X itself, so it needs no stacking."""
+    counter = view.snapshot.index.get(ENode("Arg", (region, 0)))
+    if counter is None or int_constant(view, lo) != 0:
+        return None
+    for node in view.snapshot.nodes[leaf]:
+        if node.head == "Op2" and node.args[0] == "take" and node.args[3] == counter and node.args[2] in invariant \
+                and view.attrs(node.args[1]).get("axis") == 0:
+            table_type = view.types.get(node.args[2])
+            if isinstance(table_type, TensorType) and table_type.shape[0] == int_constant(view, hi):
+                return node.args[2]
+    return None
 
 
 def _contraction(view, cid: ClassId, invariant, reshapes: int = 0) -> _Contraction | None:

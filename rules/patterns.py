@@ -1,4 +1,5 @@
-"""Pattern pieces the families share: constants of each dtype, and dtype conditions.
+"""Pattern pieces the families share: constants of each dtype, dtype conditions, and
+the integer value of a class for the Python transformers.
 
 IR binary ops take operands of one dtype, so a rule about `x * 1` is written once per
 dtype, with the `1` of that dtype (bit-exact, as the encoder writes constants).
@@ -9,6 +10,7 @@ import numpy as np
 from egglog import String, eq
 
 from egad.egraph.analysis import dtype_of
+from egad.egraph.enode import ClassId
 from egad.egraph.language import Term, attr, literal, scalar_bits
 
 FLOAT_DTYPES = ("float32", "float64")
@@ -33,3 +35,11 @@ def splat(value, dtype: str, shape) -> Term:
 def has_dtype(x: Term, dtype: str):
     """Condition: x's dtype is `dtype` (egad/egraph/analysis.py)."""
     return eq(dtype_of(x)).to(String(dtype))
+
+
+def int_constant(view, cid: ClassId) -> int | None:
+    """The value of an integer rank-0 constant class (a loop bound), else None."""
+    for node in view.snapshot.nodes[cid]:
+        if node.head == "Scalar" and node.args[0] in INT_DTYPES:
+            return node.args[1]
+    return None

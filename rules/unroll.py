@@ -22,6 +22,7 @@ from egad.egraph.enode import ClassId, ENode, children
 from egad.egraph.placement import CONTROL_HEADS, is_effect
 from egad.ir.types import TensorType
 
+from .patterns import int_constant
 from .registry import family
 
 UNROLL = family("unroll", __doc__)
@@ -50,16 +51,9 @@ def _not_yet_unrolled(view, gets: dict[int, ClassId]) -> bool:
                    for get in gets.values() for n in view.snapshot.nodes[get])
 
 
-def _int_constant(view, cid: ClassId) -> int | None:
-    for node in view.snapshot.nodes[cid]:
-        if node.head == "Scalar" and node.args[0] in ("int32", "int64"):
-            return node.args[1]
-    return None
-
-
 def _unroll(view, loop: ENode, gets: dict[int, ClassId]) -> bool:
     region, lo, hi, inits, results, attrs_class = loop.args
-    lo_value, hi_value = _int_constant(view, lo), _int_constant(view, hi)
+    lo_value, hi_value = int_constant(view, lo), int_constant(view, hi)
     if lo_value is None or hi_value is None or not 0 < hi_value - lo_value <= MAX_TRIPS or not gets:
         return False
     invariant = view.facts.invariant.get(region, set())

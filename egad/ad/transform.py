@@ -277,7 +277,12 @@ class ForwardRegion:
             # everything else is a residual, taped here and popped there.
             passed = {adjoint_counter.uid} | {v.uid for v in adjoint_invariants}
             _drop_dead_code(bb, backward, state_ct_results + sums + sparse_results)
-            pops = _tape_residuals(fb, forward, bb, backward, passed, binding.loc)
+            # the adjoint's own names for the forward's counter and invariants: a residual
+            # that is just this trip's row of an invariant (xs[t]) is read again, not taped
+            stand_ins = {v.uid: a for v, a in zip(invariants, adjoint_invariants)}
+            if is_for:
+                stand_ins[counter.uid] = adjoint_counter
+            pops = _tape_residuals(fb, forward, bb, backward, passed, binding.loc, stand_ins)
             slots = list(forward.tapes.current)  # nested loops' tapes, then this loop's own
             adjoint_tape_params = [backward.tapes.param_for(s) for s in slots]
             adjoint_tape_results = [backward.tapes.result_for(s) for s in slots]
@@ -523,13 +528,16 @@ def _drop_dead_code(bb, backward: "BackwardRegion", results: list[Var]):
 
 
 def _tape_residuals(fb, forward: ForwardRegion, bb, backward: "BackwardRegion", passed: set[int],
-                    loc) -> list[Binding]:
+                    loc, stand_ins: dict[int, Var] | None = None) -> list[Binding]:
     """Tape the forward values the adjoint body `bb` captured from the forward body
     `fb`, except the captures in `passed` (counter, invariants, operands), which
     reach the adjoint directly. Each residual gets its own tape: pushed at the end
     of the forward body, popped (into the captured var) at the start of the adjoint
-    body. Literals are recreated in the adjoint body instead. Returns the bindings
-    to put first in the adjoint body."""
+    body. Literals are recreated in the adjoint body instead, and so is a row of a
+    loop invariant at the trip's counter (`xs[t]`, through `stand_ins`: forward var uid
+    -> the adjoint's var): one `take` in place of a push, a pop and a copy of the row
+    per trip. Returns the bindings to put first in the adjoint body."""
+    stand_ins = stand_ins or {}
     pops = []
     producers = {v.uid: b for b in fb.bindings for v in b.outputs}
     for outer, inner in list(bb.captures.values()):
@@ -538,6 +546,10 @@ def _tape_residuals(fb, forward: ForwardRegion, bb, backward: "BackwardRegion", 
         producer = producers.get(outer.uid)
         if producer is not None and producer.op == "const":  # recreate a literal rather than tape it
             pops.append(Binding((inner,), "const", (), dict(producer.attrs), (), loc))
+            continue
+        if producer is not None and producer.op == "take" and all(v.uid in stand_ins for v in producer.inputs):
+            pops.append(Binding((inner,), "take", tuple(stand_ins[v.uid] for v in producer.inputs),
+                                dict(producer.attrs), (), producer.loc))
             continue
         slot = TapeSlot(TensorType(outer.type.shape, outer.type.dtype), outer.hint or "r")
         (pushed,) = record("tape_push", [forward.tapes.get(slot), Tracer(fb, outer)], {}, [TapeType(slot.elem)])

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -68,23 +69,44 @@ def test_rnn_weight_gradients_leave_the_reverse_loop_as_one_einsum_each():
     args = tuple(np.random.default_rng(0).normal(size=shape) for shape in RNN_SHAPES.values())
     gradient = rnn_gradient(args)
     before = reverse_loop(gradient)
-    assert before.attrs["n_state"] == 6  # dh, dU, dW and three tapes
+    assert before.attrs["n_state"] == 5  # dh, dU, dW and two tapes (xs[t] is read again, not taped)
     assert [b.op for b in before.regions[0].bindings].count("matmul") == 3  # dz @ W.T, x.T @ dz, h.T @ dz
     program, report = cost_extracted(gradient)
     assert report.fired()[RULE] == 1 and report.limit_hit is None
     after = reverse_loop(program)
-    assert after.attrs["n_state"] == 4  # dh and the tapes: the accumulators are gone
+    assert after.attrs["n_state"] == 3  # dh and the tapes: the accumulators are gone
     body = [b.op for b in after.regions[0].bindings]
     assert body.count("matmul") == 1 and "transpose" not in body  # only dz @ W.T is left per step
-    assert len(after.outputs) == 4 + 3  # and the steps' x, h and dz come out stacked
+    assert len(after.outputs) == 3 + 2  # and the steps' h and dz come out stacked
+    xs = program.region.params[2]  # the steps' x are the rows of xs itself: not stacked again
     _, dW, dU = program.region.results
+    stacked = after.outputs[3:]
+    einsums = []
     for result, shape in ((dW, (3, 3)), (dU, (4, 3))):
         add = producer(program, result)
         assert add.op == "add" and add.outputs[0].type.shape == shape
         (einsum,) = [producer(program, v) for v in add.inputs if producer(program, v).op == "einsum"]
         assert einsum.attrs["spec"] == "tki,tkj->ij"
-        assert all(any(v is out for out in after.outputs[4:]) for v in einsum.inputs)
+        einsums.append(einsum)
+    (dz,) = {einsums[0].inputs[1], einsums[1].inputs[1]}  # both read the stacked dz
+    assert dz in stacked and einsums[0].inputs[0] in stacked and einsums[1].inputs[0] is xs
     assert [b.op for b in program.region.bindings].count("einsum") == 2
+    assert_same_results(egad.interpret(program, *args), egad.interpret(gradient, *args))
+
+
+@pytest.mark.parametrize("lo", [1, 0])
+def test_rows_of_an_invariant_are_read_in_place_only_when_the_loop_covers_them(lo):
+    def loss(W, U, xs, h0):  # from lo: the stacked xs[t] are xs[lo:], not xs
+        h = egad.fori_loop(lo, xs.shape[0], lambda t, h: enp.tanh(xs[t] @ U + h @ W), h0)
+        return enp.sum(h * h)
+
+    args = tuple(np.random.default_rng(2).normal(size=shape) for shape in RNN_SHAPES.values())
+    gradient = egad.value_and_grad(egad.trace(loss, *args), wrt=(0, 1))
+    program, report = cost_extracted(gradient)
+    assert report.fired()[RULE] == 1
+    xs = program.region.params[2]
+    einsum_inputs = [v for b in program.region.bindings if b.op == "einsum" for v in b.inputs]
+    assert (xs in einsum_inputs) == (lo == 0)
     assert_same_results(egad.interpret(program, *args), egad.interpret(gradient, *args))
 
 
