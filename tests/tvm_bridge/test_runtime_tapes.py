@@ -63,3 +63,29 @@ def test_rows_that_do_not_fit_a_slab_are_kept_as_copies(values):
         got = tape.pop().numpy()
         assert got.shape == value.shape and got.dtype == value.dtype
         np.testing.assert_array_equal(got, value)
+
+
+def _released(rows, keep_popped: bool):
+    """A tape of `rows`, all popped (kept or dropped), then released as after a call."""
+    handle = int(runtime._tape_alloc().numpy())
+    for row in rows:
+        runtime._TAPES[handle].push(tensor(row))
+    popped = [runtime._TAPES[handle].pop() for _ in rows]
+    if not keep_popped:
+        popped = None  # the VM dropped them by the time the call returned
+    runtime.release_tapes(handle)
+    return popped
+
+
+def test_released_slabs_are_reused_unless_a_popped_row_is_still_held(monkeypatch):
+    spare = runtime._SpareSlabs()
+    monkeypatch.setattr(runtime, "_SPARE_SLABS", spare)
+    held = _released([np.full(3, 1.0, np.float32)], keep_popped=True)  # e.g. a result returned to the user
+    assert spare.bytes == 0
+    _released([np.full(3, 2.0, np.float32)], keep_popped=False)
+    assert spare.bytes > 0  # fresh memory costs a page fault per 4 KiB: the next call reuses this
+    reused = runtime._Tape()
+    reused.push(tensor(np.full(3, 3.0, np.float32)))
+    assert spare.bytes == 0
+    np.testing.assert_array_equal(held[0].numpy(), np.full(3, 1.0, np.float32))
+    np.testing.assert_array_equal(reused.pop().numpy(), np.full(3, 3.0, np.float32))
