@@ -177,7 +177,7 @@ class _Tape:
                     fresh = self._new_slab()
                     fresh[:row] = self.slabs[slab][:row]
                     self.slabs[slab], self.handed_out[slab] = fresh, False
-                np.copyto(self.slabs[slab][row], source)
+                np.copyto(self.slabs[slab][row, ...], source)  # `...`: a 0-d row is a view too
                 self.rows += 1
                 return
             self.copies = [self._row_tensor(k) for k in range(self.rows)]
@@ -208,7 +208,7 @@ class _Tape:
     def _row_tensor(self, k: int):
         slab, row = divmod(k, self.per_slab)
         self.handed_out[slab] = True
-        return tvm.runtime.from_dlpack(self.slabs[slab][row])
+        return tvm.runtime.from_dlpack(self.slabs[slab][row, ...])
 
 
 class _SpareSlabs:

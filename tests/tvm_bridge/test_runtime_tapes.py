@@ -54,8 +54,9 @@ def test_a_pushed_value_is_copied():
 @pytest.mark.parametrize("values", [
     [np.zeros((0, 3), np.float32), np.zeros((0, 3), np.float32)],  # empty rows: no pointer to share
     [np.ones(3, np.float32), np.ones(4, np.float32), np.ones((), np.float64)],  # shapes and dtypes change
+    [np.asarray(1.5), np.asarray(-2.0), np.asarray(3.0)],  # scalars: rows of a slab too
 ])
-def test_rows_that_do_not_fit_a_slab_are_kept_as_copies(values):
+def test_rows_of_any_shape_come_back(values):
     tape = runtime._Tape()
     for value in values:
         tape.push(tensor(value))
