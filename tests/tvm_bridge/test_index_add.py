@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 import egad
-import egad.numpy as enp
 from egad.tvm_bridge import build, index
 from egad.tvm_bridge.cache import BuildCache
 
