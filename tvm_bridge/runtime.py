@@ -23,6 +23,7 @@ from __future__ import annotations
 import itertools
 import json
 import sys
+import threading
 
 import numpy as np
 import tvm
@@ -214,19 +215,22 @@ class _Tape:
 class _SpareSlabs:
     """Slab memory kept from released tapes for the next call's: fresh memory costs a
     page fault per 4 KiB on first touch (~20 us a 32 KiB row, measured: 7x the copy
-    itself), reused memory none. Holds at most LIMIT_BYTES."""
+    itself), reused memory none. Holds at most LIMIT_BYTES. Calls in several threads
+    share it, under a lock."""
 
     LIMIT_BYTES = 256 << 20
 
     def __init__(self):
         self.free: dict[int, list[np.ndarray]] = {}
         self.bytes = 0
+        self.lock = threading.Lock()
 
     def take(self, size: int) -> np.ndarray:
-        spare = self.free.get(size)
-        if spare:
-            self.bytes -= size
-            return spare.pop()
+        with self.lock:
+            spare = self.free.get(size)
+            if spare:
+                self.bytes -= size
+                return spare.pop()
         return np.empty(size, np.uint8)
 
     def give_back(self, tape: _Tape):
@@ -234,9 +238,12 @@ class _SpareSlabs:
         for slab in tape.slabs:
             raw = slab.base
             # references: slab.base, `raw`, getrefcount's argument; a live row view adds one
-            if sys.getrefcount(raw) == 3 and self.bytes + raw.nbytes <= self.LIMIT_BYTES:
-                self.free.setdefault(raw.nbytes, []).append(raw)
-                self.bytes += raw.nbytes
+            if sys.getrefcount(raw) != 3:
+                continue
+            with self.lock:
+                if self.bytes + raw.nbytes <= self.LIMIT_BYTES:
+                    self.free.setdefault(raw.nbytes, []).append(raw)
+                    self.bytes += raw.nbytes
 
 
 _SPARE_SLABS = _SpareSlabs()
