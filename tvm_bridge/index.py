@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+import tvm
 from tvm import relax, te
 from tvm import tirx as tir
 
@@ -42,6 +44,11 @@ def _take(bb, args, attrs, binding):
 def _index_add(bb, args, attrs, binding):
     x_type, index_type = binding.inputs[0].type, binding.inputs[1].type
     axis = attrs["axis"]
+    progression = _constant_progression(bb, args[1], axis_size(bb, args[0], x_type, axis))
+    if progression is not None and index_type.ndim == 1:
+        # the adjoint of a slice (egad/ad/adjoint_math.py unslice): elementwise, in place of a scatter
+        return bb.emit_te(_add_into_progression, args[0], args[2], axis, *progression,
+                          primfunc_name_hint="add_into_rows")
     shape = x_type.shape  # the indexed axis may be symbolic; the others must be static
     perm = [axis] + [k for k in range(len(shape)) if k != axis]
     static_shape([shape[k] for k in perm[1:]], binding)
@@ -66,6 +73,41 @@ def _index_add(bb, args, attrs, binding):
     if not axis:
         return added
     return R.permute_dims(added, [perm.index(k) for k in range(len(shape))])
+
+
+def _constant_progression(bb, index, size) -> tuple[int, int, int] | None:
+    """(start, step, count) when `index` is a constant 1-D arithmetic progression of
+    distinct rows inside [0, size) after numpy's wrap of negatives, else None."""
+    bound = bb.lookup_binding(index) if isinstance(index, relax.Var) else index
+    if not isinstance(bound, tvm.ir.expr.Constant) or not isinstance(size, int):
+        return None
+    rows = bound.value.numpy()
+    if rows.ndim != 1 or rows.size == 0 or rows.dtype.kind not in "iu":
+        return None
+    rows = np.where(rows < 0, rows + size, rows).astype(np.int64)
+    if rows.min() < 0 or rows.max() >= size:
+        return None
+    step = int(rows[1] - rows[0]) if rows.size > 1 else 1
+    if step == 0 or not np.array_equal(rows, rows[0] + step * np.arange(rows.size)):
+        return None
+    return int(rows[0]), step, int(rows.size)
+
+
+def _add_into_progression(x, values, axis: int, start: int, step: int, count: int):
+    """x with values[..., k, ...] added at x[..., start + k * step, ...] along `axis`:
+    the rows outside the progression are copied, not added to (a -0.0 stays -0.0, as
+    after a scatter)."""
+    def element(*position):
+        offset = position[axis] - tir.const(start, "int64")
+        k = tir.floordiv(offset, tir.const(step, "int64"))
+        inside = tir.all(tir.floormod(offset, tir.const(step, "int64")) == 0,
+                         k >= tir.const(0, "int64"), k < tir.const(count, "int64"))
+        row = list(position)
+        row[axis] = k
+        # if_then_else, not Select: TVM bounds the values' read region by the condition
+        # (block access regions, buffer compaction); a Select's would run out of bounds
+        return tir.if_then_else(inside, x(*position) + values(*row), x(*position))
+    return te.compute(x.shape, element, name="add_into_rows")
 
 
 def _sum_rows_by_index(index, rows, size: int):

@@ -42,3 +42,34 @@ def test_index_add_over_a_symbolic_row_count_builds_once():
         expected = x.copy()
         np.add.at(expected, rows, values)
         np.testing.assert_allclose(compiled(x, rows, values), expected, rtol=1e-6, atol=1e-6)
+
+
+def slice_loss(x):
+    return (egad.numpy.sum(x[:, 2:7] * x[:, 2:7]) + egad.numpy.sum(x[::-1, 1:9:3] * 3.0)
+            + egad.numpy.sum(x[-3:, -1]))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_the_gradient_of_slices_adds_into_rows_elementwise_not_by_a_scatter(dtype):
+    x = RNG.standard_normal((6, 10)).astype(dtype)
+    x[0, 0] = -0.0  # outside every slice: its gradient stays exactly what the interpreter says
+    program = egad.value_and_grad(egad.trace(slice_loss, x))
+    compiled = build(program, cache=BuildCache(None))
+    assert "scatter_elements" not in compiled.relax_text
+    (value, (grad,)), (want_value, (want_grad,)) = compiled(x), egad.interpret(program, x)
+    rtol = 1e-5 if dtype == "float32" else 1e-13
+    np.testing.assert_allclose(value, want_value, rtol=rtol)
+    np.testing.assert_allclose(grad, want_grad, rtol=rtol)
+
+
+@pytest.mark.parametrize("rows, elementwise", [([1, 2, 3], True), ([-1, -3, -5], True), ([4], True), ([0, 2, 1], False)],
+                         ids=["run", "negative-step", "one", "not-a-progression"])
+def test_index_add_at_constant_rows_matches_the_interpreter(rows, elementwise):
+    x = RNG.standard_normal((7, 3)).astype("float32")
+    values = RNG.standard_normal((len(rows), 3)).astype("float32")
+    values[0, 0] = np.nan  # only its own target row turns NaN
+    constant_rows = np.array(rows)
+    program = egad.trace(lambda x, values: x.at[constant_rows].add(values), x, values)
+    compiled = build(program, cache=BuildCache(None))
+    assert ("add_into_rows" in compiled.relax_text) == elementwise
+    np.testing.assert_allclose(compiled(x, values), egad.interpret(program, x, values), rtol=1e-6)
