@@ -16,7 +16,7 @@ def _const(bb, args, attrs, binding):
     if value.size > 1 and _is_splat(value):
         # reverse mode starts every weight's gradient from a zero splat: R.full keeps
         # megabytes of equal values out of the executable and the build cache
-        return R.full(value.shape, relax.const(value.flat[0], value.dtype.name), value.dtype.name)
+        return filled(value.shape, value.flat[0], value.dtype.name)
     return relax.const(np.array(value, order="C"), value.dtype.name)  # ascontiguousarray would make 0-d 1-d
 
 
@@ -27,8 +27,16 @@ def _is_splat(value: np.ndarray) -> bool:
 
 @lowers("full")
 def _full(bb, args, attrs, binding):
-    shape = target_shape(bb, attrs["shape"], args)
-    return R.full(shape, relax.const(attrs["value"], attrs["dtype"]), attrs["dtype"])
+    return filled(target_shape(bb, attrs["shape"], args), attrs["value"], attrs["dtype"])
+
+
+def filled(shape, value, dtype: str):
+    """R.full(shape, value), also for inf and NaN: TVM 0.27's legalization of full
+    raises on a non-finite value (topi.full tests `"float" in dtype` on a PrimType), so
+    those are 0 + value, which the fused kernel computes once per element."""
+    if np.isfinite(value):
+        return R.full(shape, relax.const(value, dtype), dtype)
+    return R.add(R.full(shape, relax.const(0, dtype), dtype), relax.const(value, dtype))
 
 
 @lowers("iota")

@@ -5,11 +5,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import tvm
 from tvm import relax, te
 from tvm import tirx as tir
 
-from .registry import lowers
+from .registry import FunctionScope, lowers
 from .shape import axis_size, static_shape
 
 R = relax.op
@@ -44,8 +43,8 @@ def _take(bb, args, attrs, binding):
 def _index_add(bb, args, attrs, binding):
     x_type, index_type = binding.inputs[0].type, binding.inputs[1].type
     axis = attrs["axis"]
-    progression = _constant_progression(bb, args[1], axis_size(bb, args[0], x_type, axis))
-    if progression is not None and index_type.ndim == 1:
+    progression = _constant_progression(binding, axis_size(bb, args[0], x_type, axis))
+    if progression is not None:
         # the adjoint of a slice (egad/ad/adjoint_math.py unslice): elementwise, in place of a scatter
         return bb.emit_te(_add_into_progression, args[0], args[2], axis, *progression,
                           primfunc_name_hint="add_into_rows")
@@ -75,13 +74,12 @@ def _index_add(bb, args, attrs, binding):
     return R.permute_dims(added, [perm.index(k) for k in range(len(shape))])
 
 
-def _constant_progression(bb, index, size) -> tuple[int, int, int] | None:
-    """(start, step, count) when `index` is a constant 1-D arithmetic progression of
-    distinct rows inside [0, size) after numpy's wrap of negatives, else None."""
-    bound = bb.lookup_binding(index) if isinstance(index, relax.Var) else index
-    if not isinstance(bound, tvm.ir.expr.Constant) or not isinstance(size, int):
+def _constant_progression(binding, size) -> tuple[int, int, int] | None:
+    """(start, step, count) when the binding's index is a constant 1-D arithmetic
+    progression of distinct rows inside [0, size) after numpy's wrap of negatives, else None."""
+    rows = FunctionScope.constants.get(binding.inputs[1].uid)
+    if rows is None or not isinstance(size, int):
         return None
-    rows = bound.value.numpy()
     if rows.ndim != 1 or rows.size == 0 or rows.dtype.kind not in "iu":
         return None
     rows = np.where(rows < 0, rows + size, rows).astype(np.int64)

@@ -20,6 +20,7 @@ from egad.ir.program import Binding, Program, Region
 from egad.ir.types import TapeType
 
 from . import creation, elementwise, index, linalg, nn, reduction, shape  # noqa: F401 (register lowerings)
+from .reduction import empty_reduction
 from .registry import LOWERINGS, FunctionScope, symbol_var
 
 _HANDLE = relax.TensorType((), "int64")  # a tape, as a handle
@@ -95,7 +96,8 @@ class Lowering:
                 raise UnsupportedError(message(f"{binding.op} has no Relax lowering yet",
                                                where=f"op {binding.op!r} at {binding.loc.long()}",
                                                instead="run the program with egad.interpret"))
-            result = lowering(self.bb, args, binding.attrs, binding)
+            empty = empty_reduction(args, binding) if len(binding.outputs) == 1 else None
+            result = empty if empty is not None else lowering(self.bb, args, binding.attrs, binding)
             outputs = result if isinstance(result, tuple) else (result,)
         for var, value in zip(binding.outputs, outputs):
             env[var.uid] = self.bb.emit(value)
@@ -198,5 +200,39 @@ def _tape_ops_at_the_ends(region: Region) -> tuple[list[Binding], list[Binding],
 
 def lower(program: Program):
     """The Relax IRModule of `program` (its `main` returns a tuple of the flat results)."""
-    return Lowering().module(program)
+    FunctionScope.constants = known_constants(program.region)
+    try:
+        return Lowering().module(program)
+    finally:
+        FunctionScope.constants = {}
+
+
+def known_constants(region: Region, known: dict | None = None) -> dict:
+    """IR var uid -> value for every `const` binding in `region` and its sub-regions,
+    and for every region parameter through which a constant reaches a sub-region
+    unchanged: a loop's invariants, a branch's operands (not a loop's state)."""
+    known = {} if known is None else known
+    for binding in region.bindings:
+        if binding.op == "const":
+            known[binding.outputs[0].uid] = binding.attrs["value"]
+        for sub, pairs in _params_fed_by_inputs(binding):
+            for param, fed in pairs:
+                if fed.uid in known:
+                    known[param.uid] = known[fed.uid]
+            known_constants(sub, known)
+    return known
+
+
+def _params_fed_by_inputs(binding: Binding):
+    """(sub-region, [(param, the input var it is always given)]) per sub-region of a
+    control binding, for the params that do not change between calls."""
+    if binding.op == "for":
+        n_state, (body,) = binding.attrs["n_state"], binding.regions
+        return [(body, list(zip(body.params[1 + n_state:], binding.inputs[2 + n_state:])))]
+    if binding.op == "while":
+        n_state = binding.attrs["n_state"]
+        return [(sub, list(zip(sub.params[n_state:], binding.inputs[n_state:]))) for sub in binding.regions]
+    if binding.op in ("if", "switch"):
+        return [(sub, list(zip(sub.params, binding.inputs[1:]))) for sub in binding.regions]
+    return [(sub, []) for sub in binding.regions]
 

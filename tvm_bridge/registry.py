@@ -20,10 +20,15 @@ def lowers(*names: str):
 
 
 class FunctionScope:
-    """The symbolic dims (name -> tir.Var) of the Relax function being built, so a
-    lowering that creates a symbolic shape reuses the function's own variable."""
+    """What a lowering may want to know beyond its binding: the symbolic dims
+    (name -> tir.Var) of the Relax function being built, so a lowering that creates a
+    symbolic shape reuses the function's own variable; and the program's known
+    constants (IR var uid -> numpy value, tvm_bridge/lower.py `known_constants`), so a
+    lowering can specialize on a constant operand even where decoding hoisted its
+    `const` out of the loop that reads it."""
 
     symbols: dict = {}
+    constants: dict = {}
 
 
 def symbol_var(symbols: dict, name: str):

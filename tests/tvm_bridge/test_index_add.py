@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import egad
+from egad.optimizer import optimize_program
 from egad.tvm_bridge import build, index
 from egad.tvm_bridge.cache import BuildCache
 
@@ -73,3 +74,20 @@ def test_index_add_at_constant_rows_matches_the_interpreter(rows, elementwise):
     compiled = build(program, cache=BuildCache(None))
     assert ("add_into_rows" in compiled.relax_text) == elementwise
     np.testing.assert_allclose(compiled(x, values), egad.interpret(program, x, values), rtol=1e-6)
+
+
+ROWS = np.array([1, 2, 3])
+
+
+def add_rows_four_times(x, v):
+    return egad.fori_loop(0, 4, lambda i, acc: acc.at[ROWS].add(v * 2.0), x)
+
+
+def test_a_constant_index_hoisted_out_of_the_loop_still_adds_elementwise():
+    x, v = RNG.standard_normal((6, 3)).astype("float32"), RNG.standard_normal((3, 3)).astype("float32")
+    program = optimize_program(egad.trace(add_rows_four_times, x, v), ["loop_invariant"]).program
+    (loop,) = [b for b in program.region.bindings if b.op == "for"]
+    assert any(b.op == "const" and b.outputs[0] in loop.inputs for b in program.region.bindings)  # hoisted
+    compiled = build(program, cache=BuildCache(None))
+    assert "add_into_rows" in compiled.relax_text and "scatter_elements" not in compiled.relax_text
+    np.testing.assert_allclose(compiled(x, v), egad.interpret(program, x, v), rtol=1e-6)

@@ -1,0 +1,54 @@
+"""Fills with inf and NaN compile (TVM's legalization of full raises on them), and
+reductions over an axis of static size 0 (what a loop that runs zero times stacks)
+compute numpy's value: TVM's reduction blocks initialise their output in the first
+trip of the reduction loop, so an empty one would leave the output unwritten
+(tvm_bridge/reduction.py `empty_reduction`)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import egad
+import egad.numpy as enp
+from egad.tvm_bridge import build
+from egad.tvm_bridge.cache import BuildCache
+
+
+def empty_reductions(x, empty, rows):
+    return (enp.sum(empty, axis=0), enp.mean(empty, axis=0), x @ enp.transpose(empty) @ empty,
+            enp.einsum("ti,tj->ij", empty, empty), x.at[rows].add(empty))
+
+
+@pytest.mark.filterwarnings("ignore:Mean of empty slice")  # numpy's, in the interpreter: the mean is nan
+def test_reductions_over_an_empty_axis_match_the_interpreter():
+    x = np.ones((3, 4), np.float32)
+    empty, rows = np.zeros((0, 4), np.float32), np.zeros((0,), np.int64)
+    program = egad.trace(empty_reductions, x, empty, rows)
+    got = build(program, cache=BuildCache(None))(x, empty, rows)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        want = egad.interpret(program, x, empty, rows)
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+
+
+def loop_that_never_runs(x, xs):
+    h = egad.fori_loop(0, 0, lambda i, h: enp.tanh(xs[i % 2] + h), enp.tanh(x))
+    return enp.sum(h * h)
+
+
+def test_the_gradient_through_a_loop_that_never_runs_is_zero_for_what_only_the_loop_reads():
+    x, xs = np.array([0.1, -0.2]), np.array([[0.9, -0.7], [-1.2, -0.6]])
+    program = egad.value_and_grad(egad.trace(loop_that_never_runs, x, xs), wrt=(0, 1))
+    (value, (dx, dxs)), (want_value, (want_dx, want_dxs)) = (build(program, cache=BuildCache(None))(x, xs),
+                                                          egad.interpret(program, x, xs))
+    np.testing.assert_allclose(dx, want_dx, rtol=1e-12)
+    np.testing.assert_array_equal(dxs, np.zeros_like(xs))
+    np.testing.assert_array_equal(want_dxs, np.zeros_like(xs))
+
+
+@pytest.mark.parametrize("value", [np.inf, -np.inf, np.nan])
+def test_a_non_finite_fill_compiles_as_a_full_and_as_a_splat_constant(value):
+    x = np.ones(3, np.float32)
+    program = egad.trace(lambda x: (x + enp.full((3,), value, np.float32), x * np.full(3, value, np.float32)), x)
+    for got, want in zip(build(program, cache=BuildCache(None))(x), egad.interpret(program, x)):
+        np.testing.assert_array_equal(got, want)
