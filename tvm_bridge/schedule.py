@@ -419,10 +419,17 @@ def _inline_layout_producers(sch, block):
 
 
 def _inline_epilogue_chain(sch, block):
-    """Inline the elementwise epilogue (bias add, activation) into one block per output."""
+    """Inline the elementwise epilogue (bias add, activation) into one block per output,
+    with the injective blocks before the contraction that only the epilogue reads (FuseOps
+    puts `a + b` of `a + b + x @ W` there): the epilogue could not be placed under the
+    tile loop while a producer of it runs outside."""
     blocks = _blocks_at_root(sch)
-    position = next(index for index, other in enumerate(blocks) if sch.get(other).same_as(sch.get(block)))
-    _inline_injective(sch, [other for other in blocks[position + 1:] if _is_injective_block(sch, other)])
+    main = sch.get(block)
+    position = next(index for index, other in enumerate(blocks) if sch.get(other).same_as(main))
+    epilogue_inputs = [other for other in blocks[:position] if _is_injective_block(sch, other)
+                       and not any(sch.get(consumer).same_as(main) for consumer in sch.get_consumers(other))]
+    _inline_injective(sch, epilogue_inputs + [other for other in blocks[position + 1:]
+                                              if _is_injective_block(sch, other)])
 
 
 # ---------------------------------------------------------------- rule: reduction
@@ -459,6 +466,9 @@ def _schedule_reduction_block(sch, block, lanes_of):
     lanes = lanes_of(sch.get(block).writes[0].source.dtype)
     outer_spatial = [it.loop_rv for it in spatial if it is not vector_axis]
     reduced_loops = [it.loop_rv for it in reduced]
+    if vector_axis is None and _reduces_contiguously(sch, block, reduced, lanes):
+        _reduce_in_vector_lanes(sch, block, outer_spatial, reduced_loops, lanes)
+        return
     if vector_axis is not None and vector_axis.dom >= 2:
         vector_outer, vector_inner = sch.split(vector_axis.loop_rv, [None, _vector_width(vector_axis.dom, lanes)])
         sch.reorder(*outer_spatial, vector_outer, *reduced_loops, vector_inner)
@@ -471,6 +481,40 @@ def _schedule_reduction_block(sch, block, lanes_of):
         if _worth_parallel(_product([it.dom for it in info.iters])):
             sch.parallel(fused)
     sch.decompose_reduction(block, reduced_loops[0])
+
+
+def _reduces_contiguously(sch, block, reduced, lanes: int) -> bool:
+    """Whether the innermost reduced iterator walks the innermost axis of the block's
+    largest input, with a static extent of whole vectors (a row sum of a row-major
+    matrix, a softmax's denominator)."""
+    reads = [region for region in sch.get(block).reads if len(region.region) > 0]
+    if not reads or lanes < 2 or sch.get(block).init is None:
+        return False
+    largest = max(reads, key=lambda region: len(region.region))
+    last = reduced[-1]
+    return (largest.region[-1].min.same_as(last.var) and isinstance(last.dom, int)
+            and last.dom >= 2 * lanes and last.dom % lanes == 0)
+
+
+def _reduce_in_vector_lanes(sch, block, outer_spatial, reduced_loops, lanes: int):
+    """A reduction along the contiguous axis: each of `lanes` partial results
+    accumulates every lanes-th element (rfactor), so the loads and the inlined
+    expression (an exp, a product) run in vectors; the partials are then reduced per
+    output. Parallel over the outputs. Sums are reassociated: the rounding differs
+    from a serial sum in the last bits."""
+    sch.reorder(*outer_spatial, *reduced_loops)
+    _, lane = sch.split(reduced_loops[-1], [None, lanes])
+    partial = sch.rfactor(lane, factor_axis=len(sch.get(block).writes[0].region))
+    depth = len(outer_spatial)
+    if depth:  # the partials' reduction per output under the same outer loops
+        sch.reverse_compute_at(block, sch.get_loops(partial)[depth - 1], preserve_unit_loops=True)
+        fused = _fuse(sch, sch.get_loops(partial)[:depth])
+        if _worth_parallel(_product([_extent(sch, loop) for loop in sch.get_loops(partial)])):
+            sch.parallel(fused)  # before decompose_reduction: parallel wants complete blocks
+        depth = 1
+    sch.vectorize(sch.get_loops(partial)[-1])
+    sch.decompose_reduction(partial, sch.get_loops(partial)[depth])
+    sch.decompose_reduction(block, sch.get_loops(block)[depth])
 
 
 def _contiguous_spatial_axis(sch, block, spatial):

@@ -193,6 +193,18 @@ def test_transposed_operand_is_read_in_place_by_the_matmul():
     assert rules_applied(funcs) == {"matmul-tiled-packed"} and len(funcs) == 1
 
 
+def sum_then_product(a, b, h, w):
+    return (a + b) + h @ w  # FuseOps puts a + b before the product, in the product's function
+
+
+def test_a_sum_only_the_epilogue_reads_is_inlined_into_it_and_the_product_scheduled():
+    args = (f32(32, 128), f32(32, 128), f32(32, 128), f32(128, 128))
+    funcs = scheduled_prim_funcs(sum_then_product, *args)
+    (func,) = funcs.values()
+    assert func.attrs["egad.schedule_rule"] == "matmul-tiled-packed"
+    check_against_interpreter(sum_then_product, *args)
+
+
 def test_elementwise_function_is_parallel_and_vectorized():
     funcs = scheduled_prim_funcs(scaled_tanh, f32(300, 256), f32(256))
     (func,) = funcs.values()
@@ -219,6 +231,29 @@ def test_sum_over_rows_is_parallel_over_columns_and_vectorized():
     funcs = scheduled_prim_funcs(sum_rows, f32(300, 256))
     assert rules_applied(funcs) == {"reduction-parallel-spatial"}
     assert {"parallel", "vectorized"} <= set().union(*map(loop_kinds, funcs.values()))
+
+
+def sum_of_exp_per_row(a):
+    return enp.sum(enp.exp(a), axis=1)
+
+
+def test_a_sum_along_the_contiguous_axis_accumulates_in_vector_lanes():
+    funcs = scheduled_prim_funcs(sum_of_exp_per_row, f32(300, 256))
+    assert rules_applied(funcs) == {"reduction-parallel-spatial"}
+    (func,) = funcs.values()
+    assert {"parallel", "vectorized"} <= loop_kinds(func) and "_rf" in func.script()  # the lanes' partials
+    check_against_interpreter(sum_of_exp_per_row, f32(300, 256))
+
+
+def test_max_and_min_reductions_return_nan_where_a_nan_is_reduced():
+    def extremes(a):
+        return enp.max(a, axis=1), enp.min(a, axis=0), enp.max(a)
+
+    a = f32(40, 64)
+    a[3, 17] = a[5, 0] = a[7, 63] = np.nan
+    program = egad.trace(extremes, a)
+    for got, want in zip(built(program)(a), egad.interpret(program, a)):
+        np.testing.assert_array_equal(got, want)  # NaN where numpy has NaN, equal elsewhere
 
 
 def test_tiny_functions_are_left_alone():
