@@ -19,22 +19,45 @@ _BINARY = {
 }
 
 
-@lowers(*(name for name in _UNARY if name not in ("tanh", "sigmoid")))  # those two: _tanh_or_sigmoid
+_POLYNOMIAL_FLOAT32 = ("exp", "tanh", "sigmoid")  # lowered by _exp_tanh_or_sigmoid
+
+
+@lowers(*(name for name in _UNARY if name not in _POLYNOMIAL_FLOAT32))
 def _unary(bb, args, attrs, binding):
     return _UNARY[binding.op](args[0])
 
 
-@lowers("tanh", "sigmoid")
-def _tanh_or_sigmoid(bb, args, attrs, binding):
-    """float32 tanh and sigmoid as vectorizable polynomials (TVM's fast_tanh and
-    fast_exp, within 5 ulp for tanh and 4e-6 relative for sigmoid, measured over
-    [-100, 100]) instead of a scalar libm call per element: an LSTM's 32x256 tanh took
-    57 us that way. NaN stays NaN: the polynomials clamp their input with min(bound, x)
-    and max(-bound, ...), which LLVM lowers to compare-and-select that passes a NaN x
-    through (tested, scalar and vectorized)."""
+@lowers(*_POLYNOMIAL_FLOAT32)
+def _exp_tanh_or_sigmoid(bb, args, attrs, binding):
+    """float32 exp, tanh and sigmoid as vectorizable polynomials (TVM's fast_exp and
+    fast_tanh: within 5 ulp for exp and tanh, 4e-6 relative for sigmoid,
+    measured) instead of a scalar libm call per element: an LSTM's 32x256 tanh took
+    57 us that way, GNMT-small's log_softmax over 768x2048 logits 8 ms. NaN stays NaN:
+    the polynomials clamp their input with min(bound, x) and max(-bound, ...), which
+    LLVM lowers to compare-and-select that passes a NaN x through (tested, scalar and
+    vectorized)."""
     if binding.inputs[0].type.dtype != "float32":
         return _UNARY[binding.op](args[0])
     return bb.emit_te(_FAST_FLOAT32[binding.op], args[0], primfunc_name_hint=f"fast_{binding.op}")
+
+
+def exp_of(bb, x, dtype: str):
+    """exp(x) as egad lowers it: the float32 polynomial, or Relax's exp."""
+    if dtype != "float32":
+        return R.exp(x)
+    return bb.emit_te(_fast_exp, x if isinstance(x, relax.Var) else bb.emit(x), primfunc_name_hint="fast_exp")
+
+
+# float32 exp overflows to inf above this; fast_exp clamps its input at 88.376 instead
+_EXP_OVERFLOW_FLOAT32 = 88.72283935546875
+
+
+def _fast_exp(x):
+    """exp(x), flushing results below float32's smallest normal (x < -87.3) to 0."""
+    y = topi.fast_exp(x)
+    infinity = tirx.const(float("inf"), "float32")
+    return te.compute(x.shape, lambda *i: tirx.Select(x(*i) > tirx.const(_EXP_OVERFLOW_FLOAT32, "float32"),
+                                                      infinity, y(*i)), name="exp")
 
 
 def _fast_sigmoid(x):
@@ -43,7 +66,7 @@ def _fast_sigmoid(x):
     return te.compute(x.shape, lambda *i: one / (one + exp_minus_x(*i)), name="sigmoid")
 
 
-_FAST_FLOAT32 = {"tanh": topi.fast_tanh, "sigmoid": _fast_sigmoid}
+_FAST_FLOAT32 = {"exp": _fast_exp, "tanh": topi.fast_tanh, "sigmoid": _fast_sigmoid}
 
 
 @lowers(*_BINARY)

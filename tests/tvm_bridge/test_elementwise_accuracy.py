@@ -36,3 +36,31 @@ def test_float32_tanh_and_sigmoid_polynomials_are_accurate_and_keep_nan():
         assert relative.max() < tolerance, (name, x[finite][relative.argmax()])
         assert np.isnan(got[-1]), name
     assert tanh[-5:-1].tolist() == [0.0, -0.0, 1.0, -1.0] and sigmoid[-5:-1].tolist() == [0.5, 0.5, 1.0, 0.0]
+
+
+def test_float32_exp_polynomial_is_accurate_overflows_to_inf_and_keeps_nan():
+    x = np.concatenate([np.linspace(-87, 88.7, 40001), np.logspace(-30, 1, 300), -np.logspace(-30, 1, 300),
+                        [0.0, -0.0, 88.8, 1000.0, -1000.0, np.inf, -np.inf, np.nan]]).astype(np.float32)
+    (got,) = build(egad.trace(lambda x: (enp.exp(x),), x))(x)
+    with np.errstate(over="ignore"):
+        want = np.exp(x.astype(np.float64))
+    normal = np.abs(x) <= 87
+    ulp = np.abs(got[normal] - want[normal]) / np.spacing(want[normal].astype(np.float32))
+    assert ulp.max() <= 5, x[normal][ulp.argmax()]
+    assert got[-8:-1].tolist() == [1.0, 1.0, np.inf, np.inf, 0.0, np.inf, 0.0] and np.isnan(got[-1])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_softmax_log_softmax_and_logsumexp_match_the_interpreter(dtype):
+    x = (np.random.default_rng(0).standard_normal((6, 50)) * 30).astype(dtype)
+    x[1, 3], x[2, :] = -np.inf, -np.inf  # a row of -inf: NaN softmax, -inf logsumexp, as in numpy
+
+    def fn(x):
+        return (egad.nn.softmax(x, axis=-1), egad.nn.log_softmax(x, axis=0),
+                egad.nn.logsumexp(x, axis=1), egad.nn.logsumexp(x, axis=0, keepdims=True))
+
+    program = egad.trace(fn, x)
+    with np.errstate(invalid="ignore"):
+        want = egad.interpret(program, x)
+    for got, expected in zip(build(program)(x), want):
+        np.testing.assert_allclose(got, expected, rtol=2e-6 if dtype == "float32" else 1e-12, atol=1e-30)
