@@ -45,14 +45,14 @@ def exp_of(bb, x, dtype: str):
     """exp(x) as egad lowers it: the float32 polynomial, or Relax's exp."""
     if dtype != "float32":
         return R.exp(x)
-    return bb.emit_te(_fast_exp, x if isinstance(x, relax.Var) else bb.emit(x), primfunc_name_hint="fast_exp")
+    return bb.emit_te(fast_exp_float32, x if isinstance(x, relax.Var) else bb.emit(x), primfunc_name_hint="fast_exp")
 
 
 # float32 exp overflows to inf above this; fast_exp clamps its input at 88.376 instead
 _EXP_OVERFLOW_FLOAT32 = 88.72283935546875
 
 
-def _fast_exp(x):
+def fast_exp_float32(x):
     """exp(x), flushing results below float32's smallest normal (x < -87.3) to 0."""
     y = topi.fast_exp(x)
     infinity = tirx.const(float("inf"), "float32")
@@ -66,7 +66,7 @@ def _fast_sigmoid(x):
     return te.compute(x.shape, lambda *i: one / (one + exp_minus_x(*i)), name="sigmoid")
 
 
-_FAST_FLOAT32 = {"exp": _fast_exp, "tanh": topi.fast_tanh, "sigmoid": _fast_sigmoid}
+_FAST_FLOAT32 = {"exp": fast_exp_float32, "tanh": topi.fast_tanh, "sigmoid": _fast_sigmoid}
 
 
 @lowers(*_BINARY)

@@ -1,36 +1,50 @@
 """Lowering of softmax, log_softmax, logsumexp, top_k."""
 from __future__ import annotations
 
-from tvm import relax
+from tvm import relax, te, tirx
 
-from .elementwise import exp_of
+from .elementwise import fast_exp_float32, exp_of
 from .registry import lowers
 
 R = relax.op
 
 
 # Written out (not R.nn.softmax / log_softmax) so that float32 exp is the vectorized
-# polynomial (tvm_bridge/elementwise.py): TVM's ops call libm once per element.
+# polynomial (tvm_bridge/elementwise.py): TVM's ops call libm once per element. Each is
+# one function (max, exp, sum, scale), so a softmax over a few experts per token is one
+# kernel launch, not four.
 
 
-def _shifted_exp(bb, x, axes: list[int], dtype: str):
-    """(x - max(x), exp(x - max(x))) over `axes`: every exponent <= 0, nothing overflows."""
-    shifted = bb.emit(R.subtract(x, bb.emit(R.max(x, axis=axes, keepdims=True))))
-    return shifted, bb.emit(exp_of(bb, shifted, dtype))
-
-
-@lowers("softmax")
+@lowers("softmax", "log_softmax")
 def _softmax(bb, args, attrs, binding):
-    axes = [attrs["axis"]]
-    _, exp = _shifted_exp(bb, args[0], axes, binding.inputs[0].type.dtype)
-    return R.divide(exp, R.sum(exp, axis=axes, keepdims=True))
+    dtype = binding.inputs[0].type.dtype
+    return bb.emit_te(_softmax_along, args[0], attrs["axis"], binding.op == "log_softmax", dtype,
+                      primfunc_name_hint=binding.op)
 
 
-@lowers("log_softmax")
-def _log_softmax(bb, args, attrs, binding):
-    axes = [attrs["axis"]]
-    shifted, exp = _shifted_exp(bb, args[0], axes, binding.inputs[0].type.dtype)
-    return R.subtract(shifted, R.log(R.sum(exp, axis=axes, keepdims=True)))
+def _softmax_along(x, axis: int, log: bool, dtype: str):
+    """softmax (or log_softmax) of x along `axis`, shifted by the maximum so that no
+    exponent is positive."""
+    rank = len(x.shape)
+    axis = axis % rank
+    outer_shape = [d for k, d in enumerate(x.shape) if k != axis]
+
+    def outer(position):  # x's position without the softmax axis
+        return [p for k, p in enumerate(position) if k != axis]
+
+    def at(outer_position, k):  # the position along the softmax axis of an outer position
+        return [*outer_position[:axis], k, *outer_position[axis:]]
+
+    k = te.reduce_axis((0, x.shape[axis]), name="k")
+    peak = te.compute(outer_shape, lambda *o: te.max(x(*at(o, k)), axis=k), name="peak")
+    shifted = te.compute(x.shape, lambda *i: x(*i) - peak(*outer(i)), name="shifted")
+    exp = fast_exp_float32(shifted) if dtype == "float32" else te.compute(x.shape, lambda *i: tirx.exp(shifted(*i)),
+                                                                     name="exp")
+    j = te.reduce_axis((0, x.shape[axis]), name="j")
+    total = te.compute(outer_shape, lambda *o: te.sum(exp(*at(o, j)), axis=j), name="total")
+    if log:
+        return te.compute(x.shape, lambda *i: shifted(*i) - tirx.log(total(*outer(i))), name="log_softmax")
+    return te.compute(x.shape, lambda *i: exp(*i) / total(*outer(i)), name="softmax")
 
 
 @lowers("logsumexp")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 
-from tvm import relax
+from tvm import relax, te, tirx
 
 from egad.ir.ops import parse_einsum
 from egad.ir.types import FLOAT_DTYPES
@@ -18,13 +18,33 @@ _REDUCE = {"reduce_sum": R.sum, "reduce_mean": R.mean, "reduce_max": R.max, "red
 @lowers(*_REDUCE)
 def _reduce(bb, args, attrs, binding):
     axes, keepdims, dtype = list(attrs["axes"]), attrs["keepdims"], binding.inputs[0].type.dtype
-    result = _REDUCE[binding.op](args[0], axis=axes, keepdims=keepdims)
-    if binding.op in ("reduce_max", "reduce_min") and dtype in FLOAT_DTYPES:
-        # TVM's max and min reducers skip a NaN (every comparison with it is false);
-        # numpy's return NaN: a second reduction finds the NaNs
-        has_nan = R.max(R.astype(R.isnan(args[0]), "int32"), axis=axes, keepdims=keepdims)
-        result = R.where(R.astype(has_nan, "bool"), relax.const(math.nan, dtype), result)
-    return result
+    if binding.op in ("reduce_max", "reduce_min") and dtype in FLOAT_DTYPES and axes:
+        return bb.emit_te(_extreme_keeping_nan, args[0], axes, keepdims, binding.op == "reduce_max",
+                          primfunc_name_hint=binding.op[len("reduce_"):])
+    return _REDUCE[binding.op](args[0], axis=axes, keepdims=keepdims)
+
+
+def _extreme_keeping_nan(x, axes: list[int], keepdims: bool, largest: bool):
+    """max (or min) of x over `axes`, NaN where a NaN is reduced, as numpy: TVM's
+    reducers compare, and every comparison with NaN is false, so they skip it. One
+    function: the extreme, a count of NaNs, the choice."""
+    rank = len(x.shape)
+    axes = sorted(axis % rank for axis in axes)
+    reduce_vars = {axis: te.reduce_axis((0, x.shape[axis]), name=f"k{axis}") for axis in axes}
+    kept = [k for k in range(rank) if k not in reduce_vars]
+    out_shape = [1 if k in reduce_vars else d for k, d in enumerate(x.shape)] if keepdims else \
+        [x.shape[k] for k in kept]
+
+    def at(out_position):  # the position in x of an output position and the reduce variables
+        values = iter(out_position[k] for k in kept) if keepdims else iter(out_position)
+        return [reduce_vars[k] if k in reduce_vars else next(values) for k in range(rank)]
+
+    every = list(reduce_vars.values())
+    extreme = te.compute(out_shape, lambda *o: (te.max if largest else te.min)(x(*at(o)), axis=every), name="extreme")
+    nans = te.compute(out_shape, lambda *o: te.max(tirx.Cast("int32", tirx.isnan(x(*at(o)))), axis=every),
+                      name="nans")
+    nan = tirx.const(math.nan, x.dtype)
+    return te.compute(out_shape, lambda *o: tirx.Select(nans(*o) > 0, nan, extreme(*o)), name="extreme_or_nan")
 
 
 @lowers("reduce_any", "reduce_all")

@@ -466,7 +466,10 @@ def _schedule_reduction_block(sch, block, lanes_of):
     lanes = lanes_of(sch.get(block).writes[0].source.dtype)
     outer_spatial = [it.loop_rv for it in spatial if it is not vector_axis]
     reduced_loops = [it.loop_rv for it in reduced]
-    if vector_axis is None and _reduces_contiguously(sch, block, reduced, lanes):
+    # (not for a reduction to one value: TVM's rfactor fails an internal check on it
+    # when the function holds a second reduction)
+    several_outputs = any(not (isinstance(it.dom, int) and it.dom == 1) for it in spatial)
+    if vector_axis is None and several_outputs and _reduces_contiguously(sch, block, reduced, lanes):
         _reduce_in_vector_lanes(sch, block, outer_spatial, reduced_loops, lanes)
         return
     if vector_axis is not None and vector_axis.dom >= 2:
@@ -506,15 +509,14 @@ def _reduce_in_vector_lanes(sch, block, outer_spatial, reduced_loops, lanes: int
     _, lane = sch.split(reduced_loops[-1], [None, lanes])
     partial = sch.rfactor(lane, factor_axis=len(sch.get(block).writes[0].region))
     depth = len(outer_spatial)
-    if depth:  # the partials' reduction per output under the same outer loops
-        sch.reverse_compute_at(block, sch.get_loops(partial)[depth - 1], preserve_unit_loops=True)
-        fused = _fuse(sch, sch.get_loops(partial)[:depth])
-        if _worth_parallel(_product([_extent(sch, loop) for loop in sch.get_loops(partial)])):
-            sch.parallel(fused)  # before decompose_reduction: parallel wants complete blocks
-        depth = 1
+    # the partials' reduction per output, under the same outer loops
+    sch.reverse_compute_at(block, sch.get_loops(partial)[depth - 1], preserve_unit_loops=True)
+    fused = _fuse(sch, sch.get_loops(partial)[:depth])
+    if _worth_parallel(_product([_extent(sch, loop) for loop in sch.get_loops(partial)])):
+        sch.parallel(fused)  # before decompose_reduction: parallel wants complete blocks
     sch.vectorize(sch.get_loops(partial)[-1])
-    sch.decompose_reduction(partial, sch.get_loops(partial)[depth])
-    sch.decompose_reduction(block, sch.get_loops(block)[depth])
+    sch.decompose_reduction(partial, sch.get_loops(partial)[1])
+    sch.decompose_reduction(block, sch.get_loops(block)[1])
 
 
 def _contiguous_spatial_axis(sch, block, spatial):
