@@ -41,6 +41,7 @@ def test_the_gradient_through_a_loop_that_never_runs_is_zero_for_what_only_the_l
     program = egad.value_and_grad(egad.trace(loop_that_never_runs, x, xs), wrt=(0, 1))
     (value, (dx, dxs)), (want_value, (want_dx, want_dxs)) = (build(program, cache=BuildCache(None))(x, xs),
                                                           egad.interpret(program, x, xs))
+    np.testing.assert_allclose(value, want_value, rtol=1e-12)
     np.testing.assert_allclose(dx, want_dx, rtol=1e-12)
     np.testing.assert_array_equal(dxs, np.zeros_like(xs))
     np.testing.assert_array_equal(want_dxs, np.zeros_like(xs))
