@@ -48,6 +48,14 @@ def exp_of(bb, x, dtype: str):
     return bb.emit_te(fast_exp_float32, x if isinstance(x, relax.Var) else bb.emit(x), primfunc_name_hint="fast_exp")
 
 
+def exp_te(x):
+    """exp of a TE tensor as egad lowers it (inside a larger TE function): the float32
+    polynomial, or TIR's exp."""
+    if x.dtype == "float32":
+        return fast_exp_float32(x)
+    return te.compute(x.shape, lambda *i: tirx.exp(x(*i)), name="exp")
+
+
 # float32 exp overflows to inf above this; fast_exp clamps its input at 88.376 instead
 _EXP_OVERFLOW_FLOAT32 = 88.72283935546875
 

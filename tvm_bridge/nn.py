@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from tvm import relax, te, tirx
 
-from .elementwise import fast_exp_float32, exp_of
+from .elementwise import exp_of, exp_te
 from .registry import lowers
 
 R = relax.op
@@ -17,12 +17,11 @@ R = relax.op
 
 @lowers("softmax", "log_softmax")
 def _softmax(bb, args, attrs, binding):
-    dtype = binding.inputs[0].type.dtype
-    return bb.emit_te(_softmax_along, args[0], attrs["axis"], binding.op == "log_softmax", dtype,
+    return bb.emit_te(_softmax_along, args[0], attrs["axis"], binding.op == "log_softmax",
                       primfunc_name_hint=binding.op)
 
 
-def _softmax_along(x, axis: int, log: bool, dtype: str):
+def _softmax_along(x, axis: int, log: bool):
     """softmax (or log_softmax) of x along `axis`, shifted by the maximum so that no
     exponent is positive."""
     rank = len(x.shape)
@@ -38,8 +37,7 @@ def _softmax_along(x, axis: int, log: bool, dtype: str):
     k = te.reduce_axis((0, x.shape[axis]), name="k")
     peak = te.compute(outer_shape, lambda *o: te.max(x(*at(o, k)), axis=k), name="peak")
     shifted = te.compute(x.shape, lambda *i: x(*i) - peak(*outer(i)), name="shifted")
-    exp = fast_exp_float32(shifted) if dtype == "float32" else te.compute(x.shape, lambda *i: tirx.exp(shifted(*i)),
-                                                                     name="exp")
+    exp = exp_te(shifted)
     j = te.reduce_axis((0, x.shape[axis]), name="j")
     total = te.compute(outer_shape, lambda *o: te.sum(exp(*at(o, j)), axis=j), name="total")
     if log:
