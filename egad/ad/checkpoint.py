@@ -13,15 +13,29 @@ recomputes each segment's residuals just before the adjoint needs them:
 loop `checkpoint`; AD (egad/ad/transform.py) then copies a marked loop's forward
 without tapes and, in the outer loop's adjoint body, runs it again with tapes
 before running its adjoint. Peak tape memory: ceil(T/k) x S + k x R instead of
-T x R, for one extra forward pass. `plan(program, wrt, budget)` picks one policy per
-loop under a byte budget (`egad.optimize(..., memory_budget=...)`).
+T x R, for one extra forward pass.
+
+Multi-level checkpointing: `segment(program, loop, k, k1, k2, ...)` splits each
+segment again (every k1 trips within it, each of those every k2, ...). A segment's
+adjoint then re-runs it taping only its sub-segments' states, and each
+sub-segment is re-run in turn: one more forward pass per level, for
+ceil(T/k) x S + (k/k1) x S + ... + k_last x R bytes. With levels halving down to
+one trip this is the recursive-halving schedule: log2(T) extra forward passes for
+about 2 log2(T) states, the least memory these policies reach. Revolve's binomial
+schedule reaches a given memory with fewer passes (it places checkpoints
+unevenly); the nested every-k policies here keep every segment's shapes static.
+
+`plan(program, wrt, budget)` picks one policy per loop under a byte budget
+(`egad.optimize(..., memory_budget=...)`): store-all where it fits, else the
+fewest levels that fit (one level first: one extra forward pass).
 
     plan = checkpoint.plan(program, wrt=(0,), memory_budget=store_all_bytes // 8)
     gradient = egad.value_and_grad(plan.apply(program), wrt=(0,))
 
 Scope: top-level `for` loops with a static trip count (`fori_loop`/`scan` over
-static lengths); loops with per-trip outputs (`scan` ys) need k to divide T.
-Binomial (Revolve) and online/doubling policies for `while` loops are not written.
+static lengths); loops with per-trip outputs (`scan` ys) need k to divide T, and
+each deeper level's k must divide the one above. Revolve's uneven schedule and
+online/doubling policies for `while` loops are not written.
 """
 from __future__ import annotations
 
@@ -45,7 +59,8 @@ _COUNTER = TensorType((), "int64", weak=True)
 
 @dataclasses.dataclass(frozen=True)
 class LoopPolicy:
-    """One loop's policy: `every` = k (checkpoint every k trips), None for store-all."""
+    """One loop's policy: `every` = k (checkpoint every k trips), None for store-all;
+    `nested` = (k1, k2, ...): each segment checkpointed again every k1 trips, ..."""
 
     loop: int  # index among the program's top-level `for` bindings
     where: str  # the user's source line of the loop
@@ -53,19 +68,35 @@ class LoopPolicy:
     every: int | None
     residual_bytes: int  # R: bytes taped per trip under store-all
     state_bytes: int  # S: bytes of the carried state (one checkpoint)
+    nested: tuple[int, ...] = ()
+
+    @property
+    def chain(self) -> tuple[int, ...]:
+        """The segment length of every level, outermost first (empty for store-all)."""
+        return () if self.every is None else (self.every, *self.nested)
+
+    @property
+    def recomputations(self) -> int:
+        """Extra forward passes over the loop that the adjoint runs (one per level)."""
+        return len(self.chain)
 
     @property
     def bytes(self) -> int:
         """Tape bytes under this policy (a trip count known only at run time counts as 1)."""
         if self.every is None:
             return (self.trips or 1) * self.residual_bytes
-        return math.ceil(self.trips / self.every) * self.state_bytes + self.every * self.residual_bytes
+        chain = self.chain
+        states = math.ceil(self.trips / chain[0]) + sum(outer // inner for outer, inner in zip(chain, chain[1:]))
+        return states * self.state_bytes + chain[-1] * self.residual_bytes
 
     def __str__(self) -> str:
         if self.trips is None:
             return (f"loop at {self.where} (trip count known only at run time): store-all, "
                     f"{_mb(self.residual_bytes)} of tapes per trip (segmenting needs a static trip count)")
         policy = "store-all" if self.every is None else f"every-{self.every} checkpoints"
+        if self.nested:
+            policy += "".join(f", then every {k} within each" for k in self.nested)
+            policy += f" ({self.recomputations} extra forward passes)"
         return (f"loop at {self.where} ({self.trips} trips): {policy}, {_mb(self.bytes)} of tapes "
                 f"(store-all {_mb(self.trips * self.residual_bytes)})")
 
@@ -89,7 +120,7 @@ class CheckpointPlan:
         that the indices of the earlier ones stay valid)."""
         for policy in sorted(self.policies, key=lambda p: -p.loop):
             if policy.every is not None:
-                program = segment(program, policy.loop, policy.every)
+                program = segment(program, policy.loop, *policy.chain)
         return program
 
     def lines(self) -> list[str]:
@@ -104,14 +135,52 @@ def top_level_loops(program: Program) -> list:
     return [b for b in program.region.bindings if b.op == "for"]
 
 
-def segment(program: Program, loop: int, k: int) -> Program:
+def segment(program: Program, loop: int, k: int, *deeper: int) -> Program:
     """`program` with its `loop`-th top-level `for` split into ceil(T/k) segments of
-    at most k trips; the inner (segment) loop is marked for recomputation."""
+    at most k trips; the inner (segment) loop is marked for recomputation. Each of
+    `deeper` (k1 > k2 > ..., each dividing the one before) splits the innermost
+    segment loop again, so that re-running a segment tapes only its sub-segments'
+    states: one more forward pass per level, far less memory (module docstring)."""
     loops = top_level_loops(program)
     if not 0 <= loop < len(loops):
         raise EgadError(message(f"there is no top-level for loop number {loop}",
                                 where=f"program {program.name} ({len(loops)} top-level for loops)"))
-    binding = loops[loop]
+    chain = (k, *deeper)
+    for outer_k, inner_k in zip(chain, chain[1:]):
+        if not 1 <= inner_k < outer_k or outer_k % inner_k:
+            raise EgadError(message(f"cannot checkpoint every {inner_k} trips within segments of {outer_k}",
+                                    where=f"the loop at {loops[loop].loc.long()}",
+                                    instead="give each deeper level a k that divides the level above and is smaller"))
+    region = _split_in_region(program.region, loops[loop], chain, mark_outer=False)
+    return verify(dataclasses.replace(program, region=region))
+
+
+def _split_in_region(region: Region, binding, chain: tuple[int, ...], mark_outer: bool) -> Region:
+    """`region` with `binding` (a `for` of it) split every chain[0] trips, and the
+    resulting segment loop split again by the rest of `chain`."""
+    new_bindings, replacement = _split_loop(binding, chain[0], mark_outer)
+    if chain[1:]:
+        outer = next(b for b in new_bindings if b.op == "for")
+        (segment_region,) = outer.regions
+        inner = next(b for b in segment_region.bindings if b.op == "for" and b.attrs.get(CHECKPOINT_ATTR))
+        split = dataclasses.replace(outer, regions=(_split_in_region(segment_region, inner, chain[1:], True),))
+        new_bindings = [split if b is outer else b for b in new_bindings]
+    renamed = {old.uid: new for old, new in zip(binding.outputs, replacement)}
+    bindings = []
+    for b in region.bindings:
+        if b is binding:
+            bindings += new_bindings
+        else:
+            bindings.append(dataclasses.replace(b, inputs=tuple(renamed.get(v.uid, v) for v in b.inputs)))
+    results = tuple(renamed.get(v.uid, v) for v in region.results)
+    return Region(region.params, bindings, results, region.name)
+
+
+def _split_loop(binding, k: int, mark_outer: bool) -> tuple[list, list]:
+    """The bindings that replace the `for` `binding` split every k trips (an outer loop
+    over segments around an inner loop marked for recomputation), and the values
+    that replace its outputs. `mark_outer` marks the outer loop too: it is itself
+    the segment of a level above."""
     trips = binding.attrs.get("trip_dim")
     if not isinstance(trips, int):
         raise EgadError(message("checkpointing needs a loop with a static trip count",
@@ -146,28 +215,21 @@ def segment(program: Program, loop: int, k: int) -> Program:
         outer_region = Region(tuple(seg.params), seg.bindings, tuple(results), "segment")
         outer = record("for", [0, segments, *(Tracer(top, v) for v in inits), *(Tracer(top, v) for v in invariants),
                                Tracer(top, lo), Tracer(top, hi)],
-                       {"n_state": n_state, "reverse": binding.attrs.get("reverse", False), "trip_dim": segments},
+                       {"n_state": n_state, "reverse": binding.attrs.get("reverse", False), "trip_dim": segments,
+                        **({CHECKPOINT_ATTR: True} if mark_outer else {})},
                        state_types + [TensorType((segments, k) + t.shape[1:], t.dtype) for t in ys_types],
                        (outer_region,))
         outputs = outer[:n_state] + [enp.reshape(y, t.shape) for y, t in zip(outer[n_state:], ys_types)]
         replacement = [top.resolve(x) for x in outputs]
-    renamed = {old.uid: new for old, new in zip(binding.outputs, replacement)}
-    bindings = []
-    for b in program.region.bindings:
-        if b is binding:
-            bindings += top.bindings
-        else:
-            bindings.append(dataclasses.replace(b, inputs=tuple(renamed.get(v.uid, v) for v in b.inputs)))
-    results = tuple(renamed.get(v.uid, v) for v in program.region.results)
-    region = Region(program.region.params, bindings, results, program.region.name)
-    return verify(dataclasses.replace(program, region=region))
+    return top.bindings, replacement
 
 
 def plan(program: Program, wrt=(0,), memory_budget: int | None = None, has_aux: bool = False) -> CheckpointPlan:
     """One policy per top-level `for` loop: store-all where the budget allows, else
-    every-k with a k that fits (one dividing the trip count if any does, the largest
-    such k: fewest segments); when even the least memory checkpointing reaches is
-    above the budget, that least."""
+    the fewest checkpointing levels that fit (each level costs a forward pass); at
+    one level, a k dividing the trip count if any does, and the largest such k
+    (fewest segments); deeper, the chain with the largest segments. When even the
+    least memory these policies reach is above the budget, that least."""
     from .api import value_and_grad
 
     if memory_budget is None:  # store-all: nothing to measure
@@ -184,20 +246,34 @@ def plan(program: Program, wrt=(0,), memory_budget: int | None = None, has_aux: 
             continue
         others = total - policy.bytes
         has_ys = len(loops[n].outputs) > loops[n].attrs["n_state"]
-        candidates = [dataclasses.replace(policy, every=k) for k in range(1, policy.trips)
-                      if not has_ys or policy.trips % k == 0]
-        if not candidates:
-            continue
+        candidates = [dataclasses.replace(policy, every=chain[0], nested=chain[1:])
+                      for chain in _chains(policy.trips, has_ys)]
         fitting = [c for c in candidates if others + c.bytes <= memory_budget]
-        # k dividing T first: then every segment has k trips and its shapes are static (exact sizes for the
-        # e-graph's cost model and for `held_bytes`); among those, the largest k (fewest segments)
-        fitting.sort(key=lambda c: (policy.trips % c.every == 0, c.every))
-        policies[n] = fitting[-1] if fitting else min(candidates, key=lambda c: c.bytes)
+        # fewest levels (forward passes); then k dividing T, so that every segment has k trips and static
+        # shapes (exact sizes for the e-graph's cost model and for `held_bytes`); then the largest segments
+        fitting.sort(key=lambda c: (-c.recomputations, policy.trips % c.every == 0, c.chain))
+        policies[n] = fitting[-1] if fitting else min(candidates, key=lambda c: (c.bytes, c.recomputations))
     note = ""
     if sum(p.bytes for p in policies) > memory_budget:
-        note = (f"the budget is below what every-k checkpointing of these loops reaches "
+        note = (f"the budget is below what checkpointing these loops reaches "
                 f"({_mb(sum(p.bytes for p in policies))}): the least-memory plan is used")
     return CheckpointPlan(memory_budget, tuple(policies), note)
+
+
+MAX_LEVELS = 6  # log2 of a million trips is 20; six levels of 1/10 each already reach a million
+
+
+def _chains(trips: int, has_ys: bool) -> list[tuple[int, ...]]:
+    """Every chain of segment lengths a loop of `trips` trips can be checkpointed with:
+    one level of any k (k dividing trips when the loop has per-trip outputs), and
+    deeper levels under a k that divides trips, each k dividing the one above."""
+    singles = [(k,) for k in range(1, trips) if not has_ys or trips % k == 0]
+    chains, frontier = list(singles), [(k,) for k in range(2, trips) if trips % k == 0]
+    for _ in range(MAX_LEVELS - 1):
+        frontier = [chain + (k,) for chain in frontier for k in range(1, chain[-1]) if chain[-1] % k == 0]
+        chains += frontier
+        frontier = [chain for chain in frontier if chain[-1] > 1]
+    return chains
 
 
 def stacked_bytes(program: Program) -> int:

@@ -4,6 +4,8 @@ finite differences, its peak tape memory falls as planned, `plan` fits a budget,
 and `egad.optimize(memory_budget=...)` builds it."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -124,8 +126,76 @@ def test_a_budget_above_store_all_keeps_store_all_and_one_below_reach_says_so():
     tight = checkpoint.plan(program, wrt=(0,), memory_budget=1)
     assert tight.policies[0].every is not None and "least-memory plan" in tight.note
     policy = tight.policies[0]
-    assert policy.bytes == min(checkpoint.LoopPolicy(0, "", T, k, policy.residual_bytes, policy.state_bytes).bytes
-                               for k in range(1, T))
+    single_level = min(checkpoint.LoopPolicy(0, "", T, k, policy.residual_bytes, policy.state_bytes).bytes
+                       for k in range(1, T))
+    assert policy.nested and policy.bytes < single_level  # a deeper chain reaches less than any one level
+    assert policy.bytes == min(checkpoint.LoopPolicy(0, "", T, chain[0], policy.residual_bytes, policy.state_bytes,
+                                                     chain[1:]).bytes for chain in checkpoint._chains(T, False))
+
+
+@pytest.mark.parametrize("chain", [(8, 4), (8, 2), (8, 4, 2), (8, 4, 2, 1), (16, 4, 1)])
+@pytest.mark.parametrize("loss", ["rnn", "scan", "reverse scan"])
+def test_multi_level_checkpoints_keep_the_gradient(chain, loss):
+    fn = {"rnn": rnn_loss, "scan": scan_loss, "reverse scan": lambda *a: scan_loss(*a, reverse=True)}[loss]
+    args = arguments(seed=5, steps=16)
+    program = egad.trace(fn, *args)
+    segmented = checkpoint.segment(program, 0, *chain)
+    assert checkpoint.checkpointed_loops(segmented) == len(chain)  # each level's segment loop, marked
+    (want_value, want_grads), _ = _store_all(program, args)
+    got_value, got_grads = egad.interpret(egad.value_and_grad(segmented, wrt=(0, 1, 3)), *args)
+    np.testing.assert_allclose(got_value, want_value, rtol=1e-12)
+    for got, want in zip(got_grads, want_grads):
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+
+
+def test_each_level_costs_a_forward_pass_and_saves_tape_memory(monkeypatch):
+    from egad import interp
+
+    tanh_runs = []
+    run_op = interp._run_op
+
+    def counting(binding, inputs):
+        tanh_runs[-1] += binding.op == "tanh"
+        return run_op(binding, inputs)
+
+    monkeypatch.setattr(interp, "_run_op", counting)
+    args = arguments(steps=64)
+    program = egad.trace(rnn_loss, *args)
+    peaks = []
+    for chain in [(), (8,), (8, 2), (8, 4, 2, 1)]:
+        tanh_runs.append(0)  # one tanh per forward trip; the adjoint reads its taped output
+        _, peak = _store_all(checkpoint.segment(program, 0, *chain) if chain else program, args)
+        peaks.append(peak)
+    assert tanh_runs == [64, 2 * 64, 3 * 64, 5 * 64]
+    assert peaks[0] > peaks[1] > peaks[2] > peaks[3], peaks
+
+
+def test_a_budget_below_one_level_plans_two_and_the_report_says_so():
+    args = arguments(steps=64)
+    program = egad.trace(rnn_loss, *args)
+    roomy = checkpoint.plan(program, wrt=(0, 1, 3), memory_budget=10**9)
+    (store_all,) = roomy.policies
+    one_level = min(dataclasses.replace(store_all, every=k).bytes for k in range(1, 64))
+    plan = checkpoint.plan(program, wrt=(0, 1, 3), memory_budget=one_level - 1)
+    (policy,) = plan.policies
+    assert len(policy.chain) == 2 and policy.bytes <= one_level - 1 and not plan.note
+    assert "then every" in str(policy) and "2 extra forward passes" in str(policy)
+    (want_value, want_grads), _ = _store_all(program, args)
+    _, peak = _store_all(plan.apply(program), args)
+    assert peak <= 1.5 * plan.planned_bytes
+    got_value, got_grads = egad.interpret(egad.value_and_grad(plan.apply(program), wrt=(0, 1, 3)), *args)
+    for got, want in zip(got_grads, want_grads):
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+
+
+def test_a_deeper_level_must_divide_the_one_above():
+    program = egad.trace(rnn_loss, *arguments())
+    with pytest.raises(EgadError, match="within segments of 6"):
+        checkpoint.segment(program, 0, 6, 4)
+    with pytest.raises(EgadError, match="within segments of 6"):
+        checkpoint.segment(program, 0, 6, 6)
+    with pytest.raises(EgadError, match="static trip count"):
+        checkpoint.segment(program, 0, 5, 1)  # 12 trips every 5: the last segment is short
 
 
 def test_loops_without_a_static_trip_count_are_refused_with_the_reason():
@@ -154,6 +224,7 @@ def test_optimize_with_a_memory_budget_builds_the_checkpointed_gradient():
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
     report = optimized.report()
     assert "checkpointing: memory budget 256 B" in report and "checkpoints" in report
+    assert "then every" in report  # below one level's reach: a two-level plan, compiled as nested loops
     with pytest.raises(ArgumentError, match="memory_budget"):
         egad.optimize(program, memory_budget=-1)
 
