@@ -3,8 +3,9 @@
 Written today, outside the e-graph: `egad.optimize(..., memory_budget=bytes)` plans
 one policy per top-level `for` loop with a static trip count (egad/ad/checkpoint.py:
 store-all where the budget allows, else every-k checkpointing with the k that fits,
-nested over as many levels as the budget needs) and differentiates the segmented program, whose adjoint recomputes each segment's
-residuals from its checkpointed state; the e-graph then optimizes that gradient.
+nested over as many levels as the budget needs) and differentiates the segmented
+program, whose adjoint recomputes each segment's residuals from its checkpointed
+state; the e-graph then optimizes that gradient.
 
 Still to do, and why it would live here: the policies as whole-loop alternatives in
 the e-graph (Python loop transformers, like `fuse-shared-operand-matmuls` in
