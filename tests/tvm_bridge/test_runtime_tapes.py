@@ -79,8 +79,8 @@ def _released(rows, keep_popped: bool):
 
 
 def test_released_slabs_are_reused_unless_a_popped_row_is_still_held(monkeypatch):
-    spare = runtime._SpareSlabs()
-    monkeypatch.setattr(runtime, "_SPARE_SLABS", spare)
+    spare = runtime._SpareBuffers()
+    monkeypatch.setattr(runtime, "_SPARE_BUFFERS", spare)
     held = _released([np.full(3, 1.0, np.float32)], keep_popped=True)  # e.g. a result returned to the user
     assert spare.bytes == 0
     _released([np.full(3, 2.0, np.float32)], keep_popped=False)
@@ -90,3 +90,37 @@ def test_released_slabs_are_reused_unless_a_popped_row_is_still_held(monkeypatch
     assert spare.bytes == 0
     np.testing.assert_array_equal(held[0].numpy(), np.full(3, 1.0, np.float32))
     np.testing.assert_array_equal(reused.pop().numpy(), np.full(3, 3.0, np.float32))
+
+
+def test_stacked_loop_outputs_are_in_place_and_their_memory_comes_back_once_unread(monkeypatch):
+    """A loop's per-trip outputs go into one aligned buffer as the trips run; once
+    nothing reads it after a call, the next call's stacking reuses it (no page faults)."""
+    spare = runtime._SpareBuffers()
+    monkeypatch.setattr(runtime, "_SPARE_BUFFERS", spare)
+    rows = [[tensor(np.full((2, 3), k, np.float32)), tensor(np.int64(k))] for k in range(4)]
+    stacked = runtime._StackedRows(4, "")
+    for k in (3, 1, 0, 2):  # a reverse loop, say: rows arrive in any order
+        stacked.put(k, rows[k])
+    values, counters = stacked.result(tvm.cpu())
+    assert values.data_ptr() % 64 == 0 and counters.data_ptr() % 64 == 0
+    np.testing.assert_array_equal(values.numpy(), np.arange(4, dtype=np.float32)[:, None, None] * np.ones((2, 3)))
+    np.testing.assert_array_equal(counters.numpy(), np.arange(4))
+    spare.reclaim()
+    assert spare.bytes == 0  # both still read
+    first = values.data_ptr()
+    del counters, stacked
+    values_numpy = values.numpy()
+    del values
+    spare.reclaim()
+    assert spare.bytes > 0 and len(spare.lent) == 0
+    again = runtime._StackedRows(4, "")
+    for k in range(4):
+        again.put(k, rows[k])
+    assert again.result(tvm.cpu())[0].data_ptr() == first
+    np.testing.assert_array_equal(values_numpy[1], np.ones((2, 3)))
+
+
+def test_a_loop_of_zero_trips_stacks_empty_outputs_of_its_layout():
+    empty = runtime._StackedRows(0, '[[[2, 3], "float32"], [[], "int64"]]').result(tvm.cpu())
+    assert [tuple(t.shape) for t in empty] == [(0, 2, 3), (0,)]
+    assert [str(t.dtype) for t in empty] == ["float32", "int64"]
