@@ -15,8 +15,9 @@ def tensor(value):
 
 @pytest.fixture
 def small_slabs(monkeypatch):
-    """Three rows of 3 float32 (padded to 64 bytes) per slab, so tests cross slabs."""
-    monkeypatch.setattr(runtime._Tape, "SLAB_BYTES", 3 * 64)
+    """Slabs of 1, 2, then 4 rows of 3 float32 (padded to 64 bytes), so tests cross slabs."""
+    monkeypatch.setattr(runtime._Tape, "FIRST_SLAB_BYTES", 64)
+    monkeypatch.setattr(runtime._Tape, "SLAB_BYTES", 4 * 64)
 
 
 def test_rows_come_back_last_in_first_out_across_slabs(small_slabs):
@@ -24,11 +25,25 @@ def test_rows_come_back_last_in_first_out_across_slabs(small_slabs):
     rows = [np.arange(3, dtype=np.float32) + 10 * k for k in range(8)]
     for row in rows:
         tape.push(tensor(row))
-    assert len(tape.slabs) == 3
+    assert [len(slab) for slab in tape.slabs] == [1, 2, 4, 4]
     for row in reversed(rows):
         popped = tape.pop()
         assert popped.data_ptr() % 64 == 0  # the VM's kernels assume 64-byte aligned buffers
         np.testing.assert_array_equal(popped.numpy(), row)
+
+
+@pytest.mark.parametrize("row_bytes", [4, 64, 3000, 40_000, 2 << 20])
+def test_slabs_double_up_to_their_largest_and_every_row_has_its_own_place(row_bytes):
+    tape = runtime._Tape()
+    assert tape._fits(np.zeros(row_bytes // 4, np.float32))
+    places = [tape._locate(k) for k in range(300)]
+    assert len(set(places)) == 300
+    capacities = [tape._capacity(slab) for slab in range(places[-1][0] + 1)]
+    assert all(row < capacities[slab] for slab, row in places)
+    assert places == [(slab, row) for slab, size in enumerate(capacities) for row in range(size)][:300]
+    assert capacities[0] * tape.stride <= max(tape.FIRST_SLAB_BYTES, tape.stride)
+    assert max(capacities) * tape.stride <= max(tape.SLAB_BYTES, tape.stride)
+    assert all(b in (a, 2 * a) for a, b in zip(capacities, capacities[1:]))
 
 
 def test_a_push_never_overwrites_a_popped_row_still_held(small_slabs):
