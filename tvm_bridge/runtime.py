@@ -224,7 +224,13 @@ class _Tape:
         if self.copies is not None:
             return self.copies.pop()
         self.rows -= 1
-        return self._row_tensor(self.rows)
+        row = self._row_tensor(self.rows)
+        if self.rows == 0:
+            # AD pushes a tape's rows before it pops any, so an empty tape is done with: its slabs go
+            # back now, not when the call returns (a checkpointed loop makes fresh tapes per segment)
+            _SPARE_BUFFERS.watch(slab.base for slab in self.slabs)
+            self.slabs, self.handed_out = [], []
+        return row
 
     def _fits(self, source: np.ndarray) -> bool:
         if self.shape is None:
@@ -264,27 +270,30 @@ class _Tape:
 
 
 class _SpareBuffers:
-    """Host memory kept for the next call: the slabs of released tapes, and the
-    stacked outputs of loops once nothing reads them any more. Fresh memory costs a
+    """Host memory kept for reuse: the slabs of emptied and released tapes, and the
+    stacked outputs of loops, once nothing reads them any more. Fresh memory costs a
     page fault per 4 KiB on first touch (~20 us a 32 KiB row, measured: 7x the copy
     itself), reused memory none. Holds at most LIMIT_BYTES. Calls in several threads
     share it, under a lock."""
 
     LIMIT_BYTES = 256 << 20
-    MAX_LENT = 256  # buffers lent out and watched; beyond, the oldest are left to the garbage collector
+    MAX_LENT = 4096  # buffers lent out and watched; beyond, the oldest are left to the garbage collector
 
     def __init__(self):
         self.free: dict[int, list[np.ndarray]] = {}
         self.bytes = 0
-        self.lent: list[np.ndarray] = []  # buffers behind tensors handed to the VM
+        self.lent: list[np.ndarray] = []  # buffers that tensors handed to the VM may still read
         self.lock = threading.Lock()
 
     def take(self, size: int) -> np.ndarray:
-        with self.lock:
-            spare = self.free.get(size)
-            if spare:
-                self.bytes -= size
-                return spare.pop()
+        for attempt in range(2):
+            with self.lock:
+                spare = self.free.get(size)
+                if spare:
+                    self.bytes -= size
+                    return spare.pop()
+            if attempt == 0:
+                self.reclaim()  # buffers of tapes emptied earlier in this call, if nothing reads them now
         return np.empty(size, np.uint8)
 
     def aligned(self, shape: tuple, dtype) -> np.ndarray:
@@ -293,10 +302,14 @@ class _SpareBuffers:
         dtype = np.dtype(dtype)
         size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         raw = self.take(size + 64)
-        with self.lock:
-            self.lent.append(raw)
-            del self.lent[:-self.MAX_LENT]
+        self.watch([raw])
         return np.ndarray(shape, dtype, buffer=raw, offset=-raw.ctypes.data % 64)
+
+    def watch(self, raws) -> None:
+        """Take these buffers back once nothing reads them (`reclaim`)."""
+        with self.lock:
+            self.lent.extend(raws)
+            del self.lent[:-self.MAX_LENT]
 
     def reclaim(self) -> None:
         """Keep the lent buffers that no array or tensor reads any more."""
@@ -308,6 +321,11 @@ class _SpareBuffers:
             (self._keep(raw) if sys.getrefcount(raw) == 3 else still.append(raw))
         with self.lock:
             self.lent[:0] = still
+
+    def clear(self) -> None:
+        """Forget every spare buffer (benchmarks/memory.py measures a call from empty)."""
+        with self.lock:
+            self.free, self.bytes, self.lent = {}, 0, []
 
     def give_back(self, tape: _Tape):
         """Keep the slabs of a released tape that no popped view still reads."""

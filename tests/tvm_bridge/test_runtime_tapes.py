@@ -139,3 +139,28 @@ def test_a_loop_of_zero_trips_stacks_empty_outputs_of_its_layout():
     empty = runtime._StackedRows(0, '[[[2, 3], "float32"], [[], "int64"]]').result(tvm.cpu())
     assert [tuple(t.shape) for t in empty] == [(0, 2, 3), (0,)]
     assert [str(t.dtype) for t in empty] == ["float32", "int64"]
+
+
+def test_an_emptied_tapes_slabs_serve_the_next_tape_of_the_same_call(monkeypatch, small_slabs):
+    """A checkpointed loop makes fresh tapes for every segment it re-runs; each
+    segment's slabs must serve the next segment, not wait for the call to return
+    (that held every segment's tapes at once: all the memory checkpointing saves)."""
+    spare = runtime._SpareBuffers()
+    monkeypatch.setattr(runtime, "_SPARE_BUFFERS", spare)
+    first = runtime._Tape()
+    for k in range(3):
+        first.push(tensor(np.full(3, k, np.float32)))
+    slabs = [slab.base.ctypes.data for slab in first.slabs]
+    held = first.pop()  # the VM still reads the last row popped...
+    first.pop(), first.pop()
+    assert first.slabs == [] and spare.bytes == 0
+    second = runtime._Tape()
+    second.push(tensor(np.full(3, 9, np.float32)))
+    assert held.numpy()[0] == 2  # ...so the slab holding it is not handed out again
+    assert second.slabs[0].base.ctypes.data != slabs[1]
+    del held
+    third = runtime._Tape()
+    for k in range(3):
+        third.push(tensor(np.full(3, 5 + k, np.float32)))
+    assert third.slabs[1].base.ctypes.data == slabs[1]  # no longer read: reused, no fresh memory
+    np.testing.assert_array_equal(third.pop().numpy(), np.full(3, 7, np.float32))
