@@ -197,8 +197,16 @@ def _copy_cost(inputs, outputs, attrs) -> Work:
 
 
 def _gather_cost(inputs, outputs, attrs) -> Work:
-    """take/slice: reads what it selects (and the indices), writes it."""
+    """take: reads what it selects (and the indices), writes it."""
     return Work(0.0, 2 * sum(map(nbytes, outputs)) + sum(map(nbytes, inputs[1:])))
+
+
+def _slice_cost(inputs, outputs, attrs) -> Work:
+    """slice: what take moves, in no kernel of its own: a strided slice is injective, so
+    the lowering fuses it into the elementwise op that reads it (FuseOps) or inlines it
+    into the matmul that does (tvm_bridge/schedule.py). Priced as a kernel, the slices of
+    one fused gate matmul (rules/fusion.py) outweighed the three matmuls they save."""
+    return dataclasses.replace(_gather_cost(inputs, outputs, attrs), kernels=0)
 
 
 def _scatter_cost(inputs, outputs, attrs) -> Work:
@@ -243,7 +251,7 @@ _TRANSCENDENTAL = {"exp", "expm1", "log", "log1p", "tanh", "sin", "cos", "sigmoi
 _COSTS = {
     "matmul": _matmul_cost, "einsum": _einsum_cost,
     "transpose": _copy_cost, "broadcast_to": _copy_cost, "concat": _copy_cost, "reshape": _view,
-    "slice": _gather_cost, "take": _gather_cost, "update": _scatter_cost, "index_add": _scatter_cost,
+    "slice": _slice_cost, "take": _gather_cost, "update": _scatter_cost, "index_add": _scatter_cost,
     "dim": _free, "stop_gradient": _free, "const": _free,
     "full": _creation_cost, "iota": _creation_cost,
     "softmax": _per_element(5.0), "log_softmax": _per_element(5.0), "logsumexp": _per_element(4.0),

@@ -253,3 +253,30 @@ def test_a_loop_in_a_branch_costs_its_share():
     _assert_same_results(egad.interpret(decode(encoding, snapshot, extraction), *args),
                          egad.interpret(program, *args), "branch")
 
+
+
+def test_four_gate_matmuls_sharing_an_operand_are_extracted_as_one(monkeypatch):
+    """Greedy extraction charges the fused matmul in full to each gate's class, so
+    its slices never win class by class; `extract` tries the four classes together."""
+    from egad import extract as extract_module
+    from egad.optimizer import optimize_program
+    from tests.egraph.test_rules import GATED_SHAPES, gated_cell
+
+    rng = np.random.default_rng(0)
+    args = tuple(rng.standard_normal(shape) for shape in GATED_SHAPES.values())
+    program = egad.trace(gated_cell, *args)
+    fused = optimize_program(program, ["fusion"], check_args=args)
+    assert fused.fallback is None and fused.chosen["fuse-shared-operand-matmuls"] >= 2
+    from egad.ir.program import walk_bindings
+
+    matmuls = [b for b in walk_bindings(fused.program.region) if b.op == "matmul"]
+    assert len(matmuls) == 2  # x @ [Wi Wf Wg Wo] and h @ [Ui Uf Ug Uo], where eight were written
+    _assert_same_results(egad.interpret(fused.program, *args), egad.interpret(program, *args), "gated cell")
+    assert fused.predicted_after.seconds < fused.predicted_before.seconds
+
+    from egad import optimizer
+
+    monkeypatch.setattr(extract_module, "MAX_SHARING_TRIES", 0)
+    monkeypatch.setattr(optimizer, "_CACHE", {})
+    greedy = optimize_program(egad.trace(gated_cell, *args), ["fusion"])
+    assert greedy.chosen["fuse-shared-operand-matmuls"] == 0
