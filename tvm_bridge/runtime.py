@@ -183,7 +183,9 @@ class _Tape:
 
     Slabs double from about FIRST_SLAB_BYTES up to SLAB_BYTES, then stay that size:
     a tape never copies rows to grow, and a short one (a checkpointed segment's,
-    re-made at every segment and held until the call returns) takes little memory.
+    re-made at every segment) takes little memory. An emptied tape is done with (AD
+    pops a tape only after all its pushes): its slabs go back to `_SPARE_BUFFERS`,
+    for the next segment's tapes, once the VM drops the rows it popped.
 
     A popped view stays valid while the VM holds it (it keeps its slab alive), so a
     push never writes into a slab that has handed out a view: such a slab is replaced
