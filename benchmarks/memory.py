@@ -77,7 +77,7 @@ def measure_call(call) -> dict:
     dropped first, so that the call's own use of them counts."""
     from egad.tvm_bridge import runtime
 
-    runtime._SPARE_BUFFERS.clear()
+    runtime.forget_spare_buffers()
     _release_free_heap()
     before_kb = _status_kb("VmRSS")
     with open("/proc/self/clear_refs", "w") as clear_refs:
@@ -235,9 +235,9 @@ def checkpoint_table() -> dict:
     print("    " + "\n    ".join(deep["plan"]))
     print(f"peak - C = {deep['peak_call_mb'] - C:.1f} MB; step {deep['step_s'] / rows['store-all']['step_s']:.2f}x "
           f"store-all; gradients differ by {errors[f'1/{DEEP_FRACTION}']:.2g} (relative)\n")
-    return {"rows": rows, "deep_budget_mb": deep_budget / MB, "gradient_relative_errors": errors, "constant_mb": C, "budget_mb": budget / MB, "store_all_tape_mb": store_all_bytes / MB,
-            "peak_minus_constant_mb": over, "step_ratio": slowdown, "step_target": CHECKPOINT_STEP_TARGET,
-            "gradient_relative_error": error}
+    return {"rows": rows, "constant_mb": C, "budget_mb": budget / MB, "store_all_tape_mb": store_all_bytes / MB,
+            "deep_budget_mb": deep_budget / MB, "gradient_relative_errors": errors, "peak_minus_constant_mb": over,
+            "step_ratio": slowdown, "step_target": CHECKPOINT_STEP_TARGET, "gradient_relative_error": error}
 
 
 def main(argv: list[str]) -> int:

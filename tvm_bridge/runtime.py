@@ -76,7 +76,8 @@ class _StackedRows:
 
     def result(self, device) -> list:
         if self.tensors is None:  # zero rows: the shapes come from the layout
-            return [tvm.runtime.tensor(np.zeros([0, *shape], dtype), device) for shape, dtype in json.loads(self.layout)]
+            return [tvm.runtime.tensor(np.zeros([0, *shape], dtype), device)
+                    for shape, dtype in json.loads(self.layout)]
         return self.tensors
 
 
@@ -325,7 +326,7 @@ class _SpareBuffers:
             self.lent[:0] = still
 
     def clear(self) -> None:
-        """Forget every spare buffer (benchmarks/memory.py measures a call from empty)."""
+        """Forget every spare buffer."""
         with self.lock:
             self.free, self.bytes, self.lent = {}, 0, []
 
@@ -345,6 +346,12 @@ class _SpareBuffers:
 
 
 _SPARE_BUFFERS = _SpareBuffers()
+
+
+def forget_spare_buffers() -> None:
+    """Drop the host buffers kept for reuse (benchmarks/memory.py measures a call's
+    memory from none)."""
+    _SPARE_BUFFERS.clear()
 
 
 def release_tapes(first_handle: int):
