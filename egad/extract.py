@@ -34,6 +34,13 @@ after extraction: extract again with each of those nodes banned in turn, keep th
 cheaper (at most `MAX_TAPE_CONFLICTS` times; no extraction without such a read is an
 error).
 
+Shared alternatives. Choices are priced class by class, so a value several classes
+could share (one fused matmul whose slices would replace four: rules/fusion.py) is
+charged in full to each and never wins. After the greedy pass, each group of chosen
+classes that slices of one unchosen value could serve is tried as a whole: their
+current nodes banned, the extraction redone, kept when the program is cheaper
+(`MAX_SHARING_TRIES` groups at most).
+
 Cost. Each entry is an op's `Work` (egad/cost_model.py), how often it runs (the trip
 guesses of the loops in its free regions and theirs, times the fraction of runs of an
 `if` that reach it), and its dispatches and tape bytes. Inside a loop a candidate
