@@ -331,12 +331,9 @@ class _SpareBuffers:
             self.free, self.bytes, self.lent = {}, 0, []
 
     def give_back(self, tape: _Tape):
-        """Keep the slabs of a released tape that no popped view still reads."""
-        for slab in tape.slabs:
-            raw = slab.base
-            # references: slab.base, `raw`, getrefcount's argument; a live row view adds one
-            if sys.getrefcount(raw) == 3:
-                self._keep(raw)
+        """Watch the slabs of a released tape, like an emptied one's (`reclaim` keeps
+        those that no popped view still reads)."""
+        self.watch(slab.base for slab in tape.slabs)
 
     def _keep(self, raw: np.ndarray) -> None:
         with self.lock:
