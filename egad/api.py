@@ -119,9 +119,9 @@ class Optimized:
                 self.timings[phase] = self.timings.get(phase, 0.0) + seconds
             optimization = _within_budget(optimization, original, plan)
             program = optimization.program
-        compiled = self._compile(program)
-        if optimization is not None and program is not original and runs_here:
-            baseline = self._compile(original)
+        compared = optimization is not None and program is not original and runs_here
+        if compared:  # both builds, side by side
+            compiled, baseline = self._compile(program, original)
             started = time.perf_counter()
             mismatch = results_differ(outcome(lambda: compiled(*examples)), outcome(lambda: baseline(*examples)))
             seconds = time.perf_counter() - started
@@ -132,7 +132,9 @@ class Optimized:
                                          f"example inputs ({mismatch}; both built and run); the original program "
                                          f"is built")
                 compiled, program = baseline, original
-        if optimization is not None and program is not original and runs_here:
+        else:
+            (compiled,) = self._compile(program)
+        if compared and program is not original:
             # never worse than doing nothing, measured: the cost model's guess is not the last word
             started = time.perf_counter()
             optimized_seconds, original_seconds = _time_side_by_side(compiled, baseline, examples)
@@ -150,11 +152,11 @@ class Optimized:
         self.origins[compiled.origin] += 1
         return compiled
 
-    def _compile(self, program: Program):
-        from .tvm_bridge import build
+    def _compile(self, *programs: Program) -> list:
+        from .tvm_bridge import build_all
 
-        compiled = build(program, target=self.target)
-        self.timings["lower and build"] = self.timings.get("lower and build", 0.0) + compiled.build_seconds
+        compiled = build_all(list(programs), target=self.target)
+        self.timings["lower and build"] = self.timings.get("lower and build", 0.0) + compiled[0].build_seconds
         return compiled
 
     def _base(self):

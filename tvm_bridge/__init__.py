@@ -16,7 +16,7 @@ import os
 if hasattr(os, "sched_getaffinity"):
     os.environ.setdefault("TVM_NUM_THREADS", str(len(os.sched_getaffinity(0))))
 
-from .build import Compiled, build  # noqa: E402
+from .build import Compiled, build, build_all  # noqa: E402
 from .lower import lower
 
-__all__ = ["Compiled", "build", "lower"]
+__all__ = ["Compiled", "build", "build_all", "lower"]

@@ -8,11 +8,12 @@ import shutil
 
 import numpy as np
 import pytest
+import tvm
 
 import egad
 import egad.numpy as enp
 from egad.ir.fingerprint import fingerprint
-from egad.tvm_bridge import build
+from egad.tvm_bridge import build, build_all
 from egad.tvm_bridge.cache import BuildCache, cache_key
 from egad.tvm_bridge.targets import resolve
 
@@ -51,6 +52,24 @@ def test_memory_cache_returns_the_same_executable():
     first, second = build(_gradient(), cache=cache), build(_gradient(), cache=cache)
     assert (first.origin, second.origin) == ("built", "memory")
     assert second.executable is first.executable
+
+
+def test_builds_side_by_side_equal_builds_one_at_a_time():
+    forward = egad.trace(_loss, *ARGS)
+    together = build_all([_gradient(), forward, _gradient()], cache=BuildCache(None))
+    assert [c.origin for c in together] == ["built", "built", "memory"]  # the same program twice: built once
+    np.testing.assert_allclose(together[0](*ARGS)[1][0], egad.interpret(_gradient(), *ARGS)[1][0], rtol=1e-10)
+    np.testing.assert_allclose(together[1](*ARGS), egad.interpret(forward, *ARGS), rtol=1e-12)
+    alone = build(forward, cache=BuildCache(None))
+    np.testing.assert_array_equal(alone(*ARGS), together[1](*ARGS))
+
+
+@needs_compiler
+def test_a_build_written_to_disk_runs_from_the_library_written(tmp_path):
+    built = build(_gradient(), cache=BuildCache(tmp_path))
+    # a library loaded from the file (no JIT at the first call), not the Executable tvm.compile made
+    assert built.origin == "built" and isinstance(built.executable, tvm.runtime.Module)
+    np.testing.assert_allclose(built(*ARGS)[1][0], egad.interpret(_gradient(), *ARGS)[1][0], rtol=1e-10)
 
 
 @needs_compiler
