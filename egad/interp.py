@@ -40,12 +40,14 @@ class RunStats:
 
     `tape_bytes` is the bytes held by all tapes now, `peak_tape_bytes` its maximum
     over the run: exactly the residuals reverse-mode AD stored, counted per value
-    pushed (no padding, no spare capacity)."""
+    pushed (no padding, no spare capacity). `while_trips[id(binding)]` lists the trip
+    counts of each run of a `while` binding."""
 
     def __init__(self):
         self.tape_bytes = 0
         self.peak_tape_bytes = 0
         self.tape_pushes = 0
+        self.while_trips: dict[int, list[int]] = {}  # id(while binding) -> its trip count, per run of it
 
     def __repr__(self) -> str:
         return f"RunStats(peak_tape_bytes={self.peak_tape_bytes}, tape_pushes={self.tape_pushes})"
@@ -223,6 +225,7 @@ def _run_while(binding, inputs, run):
             break
         state = run_region(body, [*state, *invariants], run)
         trips += 1
+    run.stats.while_trips.setdefault(id(binding), []).append(trips)
     return state
 
 

@@ -32,10 +32,17 @@ fewest levels that fit (one level first: one extra forward pass).
     plan = checkpoint.plan(program, wrt=(0,), memory_budget=store_all_bytes // 8)
     gradient = egad.value_and_grad(plan.apply(program), wrt=(0,))
 
+`while` loops (`_split_while`): each segment is an inner `while` that also counts
+its trips and stops at k, so the split needs no trip count and holds for any T
+known only at run time: ceil(T/k) x S + k x R bytes. `plan` picks k for the trip
+count the loop runs on the example inputs; a run of more trips keeps more
+checkpoints (one per k trips), never more residuals than k trips' worth.
+
 Scope: top-level `for` loops with a static trip count (`fori_loop`/`scan` over
-static lengths); loops with per-trip outputs (`scan` ys) need k to divide T, and
-each deeper level's k must divide the one above. Revolve's uneven schedule and
-online/doubling policies for `while` loops are not written.
+static lengths) and top-level `while` loops; `for` loops with per-trip outputs
+(`scan` ys) need k to divide T, and each deeper level's k must divide the one
+above. Revolve's uneven (binomial) schedule and online policies that thin
+checkpoints as a `while` loop runs on (bounded memory for any T) are not written.
 """
 from __future__ import annotations
 
@@ -69,6 +76,7 @@ class LoopPolicy:
     residual_bytes: int  # R: bytes taped per trip under store-all
     state_bytes: int  # S: bytes of the carried state (one checkpoint)
     nested: tuple[int, ...] = ()
+    kind: str = "for"  # "for", or "while": its trips are those it ran on the example inputs
 
     @property
     def chain(self) -> tuple[int, ...]:
@@ -91,14 +99,20 @@ class LoopPolicy:
 
     def __str__(self) -> str:
         if self.trips is None:
-            return (f"loop at {self.where} (trip count known only at run time): store-all, "
-                    f"{_mb(self.residual_bytes)} of tapes per trip (segmenting needs a static trip count)")
+            need = ("example inputs to count its trips on" if self.kind == "while"
+                    else "a static trip count")
+            return (f"{self.kind} loop at {self.where} (trip count known only at run time): store-all, "
+                    f"{_mb(self.residual_bytes)} of tapes per trip (segmenting needs {need})")
         policy = "store-all" if self.every is None else f"every-{self.every} checkpoints"
         if self.nested:
             policy += "".join(f", then every {k} within each" for k in self.nested)
             policy += f" ({self.recomputations} extra forward passes)"
-        return (f"loop at {self.where} ({self.trips} trips): {policy}, {_mb(self.bytes)} of tapes "
+        trips = f"{self.trips} trips" if self.kind == "for" else f"{self.trips} trips on the example inputs"
+        line = (f"{self.kind} loop at {self.where} ({trips}): {policy}, {_mb(self.bytes)} of tapes "
                 f"(store-all {_mb(self.trips * self.residual_bytes)})")
+        if self.kind == "while" and self.every is not None:
+            line += f"; a run of more trips keeps one more checkpoint per {self.every}"
+        return line
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,20 +145,23 @@ class CheckpointPlan:
 
 
 def top_level_loops(program: Program) -> list:
-    """The program's top-level `for` bindings, in order (what `LoopPolicy.loop` indexes)."""
-    return [b for b in program.region.bindings if b.op == "for"]
+    """The program's top-level `for` and `while` bindings, in order (what
+    `LoopPolicy.loop` indexes)."""
+    return [b for b in program.region.bindings if b.op in ("for", "while")]
 
 
 def segment(program: Program, loop: int, k: int, *deeper: int) -> Program:
-    """`program` with its `loop`-th top-level `for` split into ceil(T/k) segments of
-    at most k trips; the inner (segment) loop is marked for recomputation. Each of
-    `deeper` (k1 > k2 > ..., each dividing the one before) splits the innermost
-    segment loop again, so that re-running a segment tapes only its sub-segments'
-    states: one more forward pass per level, far less memory (module docstring)."""
+    """`program` with its `loop`-th top-level loop split into segments of at most k
+    trips (ceil(T/k) of them); the inner (segment) loop is marked for recomputation.
+    Each of `deeper` (k1 > k2 > ..., each dividing the one before) splits the
+    innermost segment loop again, so that re-running a segment tapes only its
+    sub-segments' states: one more forward pass per level, far less memory (module
+    docstring). A `while` loop is split the same way, its segments counting their
+    trips (`_split_while`)."""
     loops = top_level_loops(program)
     if not 0 <= loop < len(loops):
-        raise EgadError(message(f"there is no top-level for loop number {loop}",
-                                where=f"program {program.name} ({len(loops)} top-level for loops)"))
+        raise EgadError(message(f"there is no top-level loop number {loop}",
+                                where=f"program {program.name} ({len(loops)} top-level for/while loops)"))
     chain = (k, *deeper)
     for outer_k, inner_k in zip(chain, chain[1:]):
         if not 1 <= inner_k < outer_k or outer_k % inner_k:
@@ -158,12 +175,14 @@ def segment(program: Program, loop: int, k: int, *deeper: int) -> Program:
 def _split_in_region(region: Region, binding, chain: tuple[int, ...], mark_outer: bool) -> Region:
     """`region` with `binding` (a `for` of it) split every chain[0] trips, and the
     resulting segment loop split again by the rest of `chain`."""
-    new_bindings, replacement = _split_loop(binding, chain[0], mark_outer)
+    split_loop = _split_loop if binding.op == "for" else _split_while
+    new_bindings, replacement = split_loop(binding, chain[0], mark_outer)
     if chain[1:]:
-        outer = next(b for b in new_bindings if b.op == "for")
-        (segment_region,) = outer.regions
-        inner = next(b for b in segment_region.bindings if b.op == "for" and b.attrs.get(CHECKPOINT_ATTR))
-        split = dataclasses.replace(outer, regions=(_split_in_region(segment_region, inner, chain[1:], True),))
+        outer = next(b for b in new_bindings if b.op == binding.op)
+        *other_regions, segment_region = outer.regions  # a while's body comes after its cond
+        inner = next(b for b in segment_region.bindings if b.op == binding.op and b.attrs.get(CHECKPOINT_ATTR))
+        split = dataclasses.replace(
+            outer, regions=(*other_regions, _split_in_region(segment_region, inner, chain[1:], True)))
         new_bindings = [split if b is outer else b for b in new_bindings]
     renamed = {old.uid: new for old, new in zip(binding.outputs, replacement)}
     bindings = []
@@ -224,19 +243,75 @@ def _split_loop(binding, k: int, mark_outer: bool) -> tuple[list, list]:
     return top.bindings, replacement
 
 
-def plan(program: Program, wrt=(0,), memory_budget: int | None = None, has_aux: bool = False) -> CheckpointPlan:
-    """One policy per top-level `for` loop: store-all where the budget allows, else
-    the fewest checkpointing levels that fit (each level costs a forward pass); at
-    one level, a k dividing the trip count if any does, and the largest such k
-    (fewest segments); deeper, the chain with the largest segments. When even the
-    least memory these policies reach is above the budget, that least."""
+def _split_while(binding, k: int, mark_outer: bool) -> tuple[list, list]:
+    """The bindings that replace the `while` `binding` split every k trips, and the
+    values that replace its outputs:
+
+        while cond(s): s = body(s)
+        ->  while cond(s):                                  # outer: state taped per segment
+                (_, s) = while i < k and cond(s): (i, s) = (i + 1, body(s))   # inner: "checkpoint"
+
+    The inner loop counts its trips in one more state value; it starts each segment
+    with cond(s) true, so it runs 1..k trips, and the outer loop ceil(T/k) trips for
+    any T (known only at run time). `mark_outer` marks the outer loop too."""
+    if not k >= 1:
+        raise EgadError(message(f"cannot checkpoint every {k} trips of a while loop", where=f"the loop at {binding.loc.long()}"))
+    n_state = binding.attrs["n_state"]
+    cond, body = binding.regions
+    inits, invariants = binding.inputs[:n_state], binding.inputs[n_state:]
+    state_types = [v.type for v in binding.outputs]
+    invariant_types = [v.type for v in invariants]
+    hints = [p.hint for p in body.params[:n_state]]
+
+    def counted(name: str, region: Region, step) -> Region:
+        """`region` (cond or body over state and invariants) with a trip counter in front."""
+        with context.open_region(name, top_level=True) as builder:
+            count = builder.add_param(_COUNTER, "trip")
+            state = [builder.add_param(t, hint) for t, hint in zip(state_types, hints)]
+            invs = [builder.add_param(t, v.hint) for t, v in zip(invariant_types, invariants)]
+            spliced = clone_region(region, {p.uid: v for p, v in zip(region.params, state + invs)})
+            builder.bindings.extend(spliced.bindings)
+            results = step(builder, Tracer(builder, count), [Tracer(builder, v) for v in spliced.results])
+            results = [builder.resolve(x) for x in results]
+        return Region(tuple(builder.params), builder.bindings, tuple(results), name)
+
+    inner_cond = counted("cond", cond, lambda b, count, out: [enp.logical_and(count < k, out[0])])
+    inner_body = counted("body", body, lambda b, count, out: [count + 1, *out])
+    with context.open_region("program", top_level=True) as top, source.located_at(binding.loc):
+        with context.open_region("segment", parent=top) as seg:
+            state = [seg.add_param(t, hint) for t, hint in zip(state_types, hints)]
+            invs = [seg.add_param(t, v.hint) for t, v in zip(invariant_types, invariants)]
+            inner = record("while", [0, *(Tracer(seg, v) for v in state + invs)],
+                           {**binding.attrs, "n_state": n_state + 1, CHECKPOINT_ATTR: True},
+                           [_COUNTER] + state_types, (inner_cond, inner_body))
+            results = [seg.resolve(x) for x in inner[1:]]
+        outer_body = Region(tuple(seg.params), seg.bindings, tuple(results), "segment")
+        outer = record("while", [*(Tracer(top, v) for v in inits), *(Tracer(top, v) for v in invariants)],
+                       {**{k_: v for k_, v in binding.attrs.items() if k_ != CHECKPOINT_ATTR},
+                        **({CHECKPOINT_ATTR: True} if mark_outer else {})},
+                       state_types, (clone_region(cond), outer_body))
+        replacement = [top.resolve(x) for x in outer]
+    return top.bindings, replacement
+
+
+def plan(program: Program, wrt=(0,), memory_budget: int | None = None, has_aux: bool = False,
+         example_args=None) -> CheckpointPlan:
+    """One policy per top-level loop: store-all where the budget allows, else the
+    fewest checkpointing levels that fit (each level costs a forward pass); at one
+    level, a k dividing the trip count if any does, and the largest such k (fewest
+    segments); deeper, the chain with the largest segments. When even the least
+    memory these policies reach is above the budget, that least. A `while` loop is
+    planned for the trip count it runs on `example_args` (interpreted once); without
+    them it stays store-all."""
     from .api import value_and_grad
 
     if memory_budget is None:  # store-all: nothing to measure
         return CheckpointPlan(None, ())
     gradient = value_and_grad(program, wrt=wrt, has_aux=has_aux)
     loops = top_level_loops(program)
-    policies = [LoopPolicy(n, str(b.loc), _trips(b), None, residual, _nbytes_all(b.outputs[:b.attrs["n_state"]]))
+    trips = _trip_counts(program, loops, example_args)
+    policies = [LoopPolicy(n, str(b.loc), trips[n], None, residual, _nbytes_all(b.outputs[:b.attrs["n_state"]]),
+                           kind=b.op)
                 for n, (b, residual) in enumerate(zip(loops, _residual_bytes(program, gradient)))]
     for n in sorted(range(len(policies)), key=lambda n: -policies[n].bytes):
         total = sum(p.bytes for p in policies)
@@ -276,6 +351,20 @@ def _chains(trips: int, has_ys: bool) -> list[tuple[int, ...]]:
     return chains
 
 
+def _trip_counts(program: Program, loops: list, example_args) -> list[int | None]:
+    """Per top-level loop, its trip count: a `for` loop's static one, a `while` loop's
+    on `example_args` (None without them, or for a `for` over a range known only
+    at run time)."""
+    counts = [_trips(b) for b in loops]
+    if example_args is not None and any(b.op == "while" for b in loops):
+        from ..interp import RunStats, interpret
+
+        stats = RunStats()
+        interpret(program, *example_args, stats=stats)
+        counts = [stats.while_trips.get(id(b), [None])[0] if b.op == "while" else c for b, c in zip(loops, counts)]
+    return counts
+
+
 def stacked_bytes(program: Program) -> int:
     """Bytes of every loop's stacked per-trip outputs (ys), each loop counted once."""
     return sum(_ys_bytes(b) for b in walk_bindings(program.region) if b.op == "for")
@@ -299,24 +388,24 @@ def _trips(binding):
 
 
 def _residual_bytes(program: Program, gradient: Program) -> list[int]:
-    """Per top-level primal `for`, the bytes its forward copy in `gradient` tapes per
+    """Per top-level primal loop, the bytes its forward copy in `gradient` tapes per
     trip. AD copies loops in order and keeps their source lines, and all forward
     copies come before the adjoint loops: the n-th primal loop of a line is the n-th
     gradient loop of that line."""
-    by_line: dict[str, list] = {}
+    by_line: dict[tuple[str, str], list] = {}
     for b in gradient.region.bindings:
-        if b.op == "for":
-            by_line.setdefault(str(b.loc), []).append(b)
-    seen: dict[str, int] = {}
+        if b.op in ("for", "while"):
+            by_line.setdefault((b.op, str(b.loc)), []).append(b)
+    seen: dict[tuple[str, str], int] = {}
     out = []
     for b in top_level_loops(program):
-        line = str(b.loc)
+        line = (b.op, str(b.loc))
         n = seen.get(line, 0)
         seen[line] = n + 1
         copies = by_line.get(line, [])
         copy = copies[n] if n < len(copies) else None
         taped = copy is not None and any(isinstance(v.type, TapeType) for v in copy.outputs)
-        out.append(_pushed_bytes(copy.regions[0]) if taped else 0)
+        out.append(_pushed_bytes(copy.regions[-1]) if taped else 0)  # the body: a while's comes after its cond
     return out
 
 

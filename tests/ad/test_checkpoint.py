@@ -209,8 +209,111 @@ def test_loops_without_a_static_trip_count_are_refused_with_the_reason():
     assert [p.every for p in plan.policies] == [None] and "known only at run time" in "\n".join(plan.lines())
     np.testing.assert_allclose(egad.interpret(plan.apply(program), np.eye(2), np.int64(3)),
                                egad.interpret(program, np.eye(2), np.int64(3)))
-    with pytest.raises(EgadError, match="no top-level for loop number 1"):
+    with pytest.raises(EgadError, match="no top-level loop number 1"):
         checkpoint.segment(program, 1, 2)
+
+
+# --- while loops: segments that count their trips -------------------------------------
+
+def until_loss(W, x, limit):
+    """A while loop with a data-dependent stop; W, x captured inside it, and a second
+    state value that counts (a float, differentiable through nothing)."""
+    def cond(state):
+        h, n = state
+        return enp.logical_and(enp.sum(h * h) < limit, n < 40.0)
+
+    def body(state):
+        h, n = state
+        return enp.tanh(h @ W) * 1.3 + x, n + 1.0
+
+    h, n = egad.while_loop(cond, body, (x, 0.0))
+    return enp.sum(h ** 2) + enp.sum(h) * n
+
+
+def until_arguments(limit=1e9):
+    rng = np.random.default_rng(5)
+    return rng.standard_normal((H, H)) * 0.4, np.full((B, H), 0.2) + rng.standard_normal((B, H)) * 0.05, limit
+
+
+def _while_trips(program, args) -> int:
+    stats = egad.RunStats()
+    egad.interpret(program, *args, stats=stats)
+    (loop,) = [b for b in program.region.bindings if b.op == "while"]
+    return stats.while_trips[id(loop)][0]
+
+
+@pytest.mark.parametrize("chain", [(1,), (3,), (7,), (40,), (100,), (8, 4), (8, 4, 2, 1)])
+def test_segmented_while_loops_keep_the_primal_and_its_gradient(chain):
+    args = until_arguments()
+    program = egad.trace(until_loss, *args)
+    assert _while_trips(program, args) == 40  # the counter stops it: 40 trips, not a multiple of 3 or 7
+    segmented = checkpoint.segment(program, 0, *chain)
+    assert checkpoint.checkpointed_loops(segmented) == len(chain)
+    np.testing.assert_allclose(egad.interpret(segmented, *args), egad.interpret(program, *args), rtol=1e-13)
+    (want, want_peak), (got, peak) = _store_all_of(program, args), _store_all_of(segmented, args)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-13)
+    for g, w in zip(got[1], want[1]):
+        np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12)
+    if chain[0] < 40:
+        assert peak < want_peak, (peak, want_peak)
+
+
+def _store_all_of(program, args):
+    stats = egad.RunStats()
+    value = egad.interpret(egad.value_and_grad(program, wrt=(0, 1)), *args, stats=stats)
+    return value, stats.peak_tape_bytes
+
+
+def test_a_segmented_while_loop_follows_a_stop_that_depends_on_the_data():
+    program = egad.trace(until_loss, *until_arguments(limit=6.0))
+    segmented = checkpoint.segment(program, 0, 3)
+    for limit in (0.0, 1.0, 3.0, 6.0, 30.0):  # 0 trips (cond false at once) up to the 40-trip counter
+        args = until_arguments(limit)
+        want, got = _store_all_of(program, args)[0], _store_all_of(segmented, args)[0]
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-13)
+        for g, w in zip(got[1], want[1]):
+            np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12)
+    assert len({_while_trips(program, until_arguments(limit)) for limit in (0.0, 1.0, 6.0, 30.0)}) > 2
+
+
+def test_a_checkpointed_while_loops_gradient_matches_finite_differences():
+    args = until_arguments(limit=12.0)
+    program = egad.trace(until_loss, *args)
+    plan = checkpoint.plan(program, wrt=(0, 1), memory_budget=1, example_args=args)
+    (policy,) = plan.policies
+    assert policy.kind == "while" and policy.trips == _while_trips(program, args) and policy.every is not None
+    grads = egad.interpret(egad.grad(plan.apply(program), wrt=(0, 1)), *args)
+    assert_gradients_match(until_loss, args, wrt=(0, 1), grads=grads)
+
+
+def test_a_while_loop_is_planned_for_its_trips_on_the_example_inputs():
+    args = until_arguments()
+    program = egad.trace(until_loss, *args)
+    (store_all,) = checkpoint.plan(program, wrt=(0, 1), memory_budget=10**9, example_args=args).policies
+    assert store_all.every is None and store_all.trips == 40
+    _, store_all_peak = _store_all_of(program, args)
+    plan = checkpoint.plan(program, wrt=(0, 1), memory_budget=store_all_peak // 4, example_args=args)
+    (policy,) = plan.policies
+    assert policy.every is not None and 1 < policy.every < 40
+    _, peak = _store_all_of(plan.apply(program), args)
+    assert peak <= store_all_peak // 4 and peak <= 1.5 * plan.planned_bytes, (peak, store_all_peak, plan.planned_bytes)
+    text = "\n".join(plan.lines())
+    assert "while loop at" in text and "40 trips on the example inputs" in text and "one more checkpoint" in text
+    blind = checkpoint.plan(program, wrt=(0, 1), memory_budget=1)  # no example inputs: nothing to count trips on
+    assert blind.policies[0].every is None and "example inputs to count its trips on" in "\n".join(blind.lines())
+
+
+def test_optimize_with_a_memory_budget_checkpoints_a_while_loop():
+    args = tuple(np.asarray(a, np.float32) for a in until_arguments(limit=12.0))
+    program = egad.trace(until_loss, *args)
+    want_value, want_grads = egad.interpret(egad.value_and_grad(program, wrt=(0, 1)), *args)
+    optimized = egad.optimize(program, wrt=(0, 1), memory_budget=256, rules=())
+    value, grads = optimized(*args)
+    np.testing.assert_allclose(value, want_value, rtol=1e-5)
+    for got, want in zip(grads, want_grads):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+    assert checkpoint.checkpointed_loops(optimized.program) >= 1
+    assert "while loop at" in optimized.report() and "checkpoints" in optimized.report()
 
 
 def test_optimize_with_a_memory_budget_builds_the_checkpointed_gradient():
