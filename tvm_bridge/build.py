@@ -194,7 +194,8 @@ def _compile(module, target: ResolvedTarget):
             raise UnsupportedError(message(
                 "WebGPU has no 64-bit integers, and this program computes with int64 on the device (egad's loop "
                 "counters and indices are int64)",
-                instead="build loop-free float programs for webgpu, or use target='metal', 'cuda' or 'opencl'")) from None
+                instead="build loop-free float programs for webgpu, or use target='metal', 'cuda' or 'opencl'")
+            ) from None
         raise
 
 

@@ -255,7 +255,8 @@ def _split_while(binding, k: int, mark_outer: bool) -> tuple[list, list]:
     with cond(s) true, so it runs 1..k trips, and the outer loop ceil(T/k) trips for
     any T (known only at run time). `mark_outer` marks the outer loop too."""
     if not k >= 1:
-        raise EgadError(message(f"cannot checkpoint every {k} trips of a while loop", where=f"the loop at {binding.loc.long()}"))
+        raise EgadError(message(f"cannot checkpoint every {k} trips of a while loop",
+                                where=f"the loop at {binding.loc.long()}"))
     n_state = binding.attrs["n_state"]
     cond, body = binding.regions
     inits, invariants = binding.inputs[:n_state], binding.inputs[n_state:]
