@@ -146,9 +146,10 @@ def saturate(encoding: Encoding, families=None, limits: Limits = Limits()) -> Sa
     facts_written = 0
     snapshot = Snapshot.of(egraph)
     stopped_by, rounds = "rounds", 0
+    analysed = None  # (snapshot, its facts): the transformers' analysis, reused when they changed nothing
     for rounds in range(1, limits.rounds + 1):
         editor = Editor(egraph, snapshot, encoding.provenance)
-        facts = analyse(encoding, snapshot)
+        facts = analysed[1] if analysed is not None and analysed[0] is snapshot else analyse(encoding, snapshot)
         written = update(editor, encoding, facts)
         facts_written += written
 
@@ -176,7 +177,8 @@ def saturate(encoding: Encoding, families=None, limits: Limits = Limits()) -> Sa
 
         transformed = False
         if transformers:
-            view = TransformView(encoding, snapshot, analyse(encoding, snapshot), editor)
+            analysed = (snapshot, analyse(encoding, snapshot))
+            view = TransformView(encoding, snapshot, analysed[1], editor)
             for rule in transformers:
                 view.site, recorded, started = rule.site, len(encoding.provenance), time.perf_counter()
                 matches[rule.name] += rule.transform(view)
