@@ -303,15 +303,21 @@ def test_a_while_loop_is_planned_for_its_trips_on_the_example_inputs():
     assert blind.policies[0].every is None and "example inputs to count its trips on" in "\n".join(blind.lines())
 
 
-def test_optimize_with_a_memory_budget_checkpoints_a_while_loop():
-    args = tuple(np.asarray(a, np.float32) for a in until_arguments(limit=12.0))
-    program = egad.trace(until_loss, *args)
+def _optimized_within_budget(loss, args, memory_budget=256):
+    """`egad.optimize(memory_budget=)` of `loss` (rules=()), called once and checked
+    against the interpreted store-all gradient."""
+    program = egad.trace(loss, *args)
     want_value, want_grads = egad.interpret(egad.value_and_grad(program, wrt=(0, 1)), *args)
-    optimized = egad.optimize(program, wrt=(0, 1), memory_budget=256, rules=())
+    optimized = egad.optimize(program, wrt=(0, 1), memory_budget=memory_budget, rules=())
     value, grads = optimized(*args)
     np.testing.assert_allclose(value, want_value, rtol=1e-5)
     for got, want in zip(grads, want_grads):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+    return optimized
+
+
+def test_optimize_with_a_memory_budget_checkpoints_a_while_loop():
+    optimized = _optimized_within_budget(until_loss, tuple(np.asarray(a, np.float32) for a in until_arguments(12.0)))
     assert checkpoint.checkpointed_loops(optimized.program) >= 1
     assert "while loop at" in optimized.report() and "checkpoints" in optimized.report()
 
@@ -319,13 +325,7 @@ def test_optimize_with_a_memory_budget_checkpoints_a_while_loop():
 def test_optimize_with_a_memory_budget_builds_the_checkpointed_gradient():
     args = arguments(dtype=np.float32, steps=16)
     program = egad.trace(rnn_loss, *args)
-    want_value, want_grads = egad.interpret(egad.value_and_grad(program, wrt=(0, 1)), *args)
-    optimized = egad.optimize(program, wrt=(0, 1), memory_budget=256, rules=())
-    value, grads = optimized(*args)
-    np.testing.assert_allclose(value, want_value, rtol=1e-5)
-    for got, want in zip(grads, want_grads):
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
-    report = optimized.report()
+    report = _optimized_within_budget(rnn_loss, args).report()
     assert "checkpointing: memory budget 256 B" in report and "checkpoints" in report
     assert "then every" in report  # below one level's reach: a two-level plan, compiled as nested loops
     with pytest.raises(ArgumentError, match="memory_budget"):
