@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import pathlib
+import shutil
 import tempfile
 
 import tvm
@@ -127,10 +128,7 @@ class BuildCache:
             library_tmp = _temporary(self.directory, ".so")
             entry.executable.export_library(str(library_tmp))
             if not device_source(entry.executable):  # CPU code only: it loads here
-                # loaded under its unique temporary name: the dynamic loader hands out the
-                # library it already has for a path, and this key's path may have held an
-                # older (damaged, since rebuilt) library in this process
-                entry = Entry(tvm.runtime.load_module(str(library_tmp)), entry.relax_text, entry.origin)
+                entry = Entry(_load_private_copy(library_tmp), entry.relax_text, entry.origin)
             os.replace(library_tmp, library)
             record = {"format": _FORMAT, "sha256": _sha256(library), "relax_text": entry.relax_text}
             meta_tmp = _temporary(self.directory, ".json")
@@ -139,6 +137,20 @@ class BuildCache:
         except Exception as error:  # noqa: BLE001 - a cache that cannot write is only slower
             self.disk_problem = f"disk cache not written ({type(error).__name__}: {str(error).splitlines()[0]})"
         return entry
+
+
+def _load_private_copy(library: pathlib.Path):
+    """The library at `library`, loaded from a copy of it that no path names once
+    loaded. Not the file itself: the dynamic loader hands out the library it already
+    has for a path (this key's path may have held an older library in this process),
+    and a cache file rewritten in place (a damaged entry, a user's edit) would pull
+    the pages from under the running code (SIGBUS)."""
+    copy = _temporary(library.parent, ".so")
+    try:
+        shutil.copyfile(library, copy)
+        return tvm.runtime.load_module(str(copy))
+    finally:
+        copy.unlink(missing_ok=True)  # the loaded mapping keeps the file's data
 
 
 def _temporary(directory: pathlib.Path, suffix: str) -> pathlib.Path:

@@ -73,6 +73,14 @@ def test_a_build_written_to_disk_runs_from_the_library_written(tmp_path):
 
 
 @needs_compiler
+def test_a_build_keeps_running_when_its_cache_file_is_rewritten_in_place(tmp_path):
+    built = build(_gradient(), cache=BuildCache(tmp_path))
+    (library,) = tmp_path.glob("*.so")
+    library.write_bytes(library.read_bytes()[:1000])  # same file, truncated: a mapping of it would fault (SIGBUS)
+    np.testing.assert_allclose(built(*ARGS)[1][0], egad.interpret(_gradient(), *ARGS)[1][0], rtol=1e-10)
+
+
+@needs_compiler
 def test_disk_cache_survives_a_new_process_cache(tmp_path):
     built = build(_gradient(), cache=BuildCache(tmp_path))
     loaded = build(_gradient(), cache=BuildCache(tmp_path))  # a fresh cache: as in a new process
