@@ -173,8 +173,8 @@ def segment(program: Program, loop: int, k: int, *deeper: int) -> Program:
 
 
 def _split_in_region(region: Region, binding, chain: tuple[int, ...], mark_outer: bool) -> Region:
-    """`region` with `binding` (a `for` of it) split every chain[0] trips, and the
-    resulting segment loop split again by the rest of `chain`."""
+    """`region` with `binding` (a `for` or `while` of it) split every chain[0] trips, and
+    the resulting segment loop split again by the rest of `chain`."""
     split_loop = _split_loop if binding.op == "for" else _split_while
     new_bindings, replacement = split_loop(binding, chain[0], mark_outer)
     if chain[1:]:
@@ -272,12 +272,12 @@ def _split_while(binding, k: int, mark_outer: bool) -> tuple[list, list]:
             invs = [builder.add_param(t, v.hint) for t, v in zip(invariant_types, invariants)]
             spliced = clone_region(region, {p.uid: v for p, v in zip(region.params, state + invs)})
             builder.bindings.extend(spliced.bindings)
-            results = step(builder, Tracer(builder, count), [Tracer(builder, v) for v in spliced.results])
+            results = step(Tracer(builder, count), [Tracer(builder, v) for v in spliced.results])
             results = [builder.resolve(x) for x in results]
         return Region(tuple(builder.params), builder.bindings, tuple(results), name)
 
-    inner_cond = counted("cond", cond, lambda b, count, out: [enp.logical_and(count < k, out[0])])
-    inner_body = counted("body", body, lambda b, count, out: [count + 1, *out])
+    inner_cond = counted("cond", cond, lambda count, out: [enp.logical_and(count < k, out[0])])
+    inner_body = counted("body", body, lambda count, out: [count + 1, *out])
     with context.open_region("program", top_level=True) as top, source.located_at(binding.loc):
         with context.open_region("segment", parent=top) as seg:
             state = [seg.add_param(t, hint) for t, hint in zip(state_types, hints)]
