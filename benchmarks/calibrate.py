@@ -6,7 +6,9 @@ inside a loop body: the Relax VM's call, allocation and checks):
   dependent matmuls in the body ((32, 64) @ (64, 64): scheduled in parallel, so it
   pays the thread pool's fork/join), less their work; the slope for 1x1 matmuls
   (serial, no work) is printed beside it;
-- flops per second: matmuls of the sizes an RNN runs per step, in a loop;
+- flops per second: matmuls of the sizes an RNN runs per step (32 rows), in a loop,
+  and the same matmuls on 2048 rows (a batched projection): the two rates give the
+  peak rate and `matmul_half_rows`, the rows at which a matmul runs at half of it;
 - bytes per second: an elementwise kernel over 256k float32, in a loop.
 
 It prints the measured values beside the model's and writes
@@ -39,10 +41,10 @@ TRIPS = 200
 RNG = np.random.default_rng(0)
 
 
-def per_iteration(body, h0, *invariants) -> float:
-    """Median seconds per iteration of `h = body(h, *invariants)` run TRIPS times."""
+def per_iteration(body, h0, *invariants, trips: int = TRIPS) -> float:
+    """Median seconds per iteration of `h = body(h, *invariants)` run `trips` times."""
     def loop(h, *c):
-        return egad.fori_loop(0, TRIPS, lambda t, state: body(state, *c), h)
+        return egad.fori_loop(0, trips, lambda t, state: body(state, *c), h)
 
     args = (h0, *invariants)
     compiled = build(egad.trace(loop, *args))
@@ -53,7 +55,7 @@ def per_iteration(body, h0, *invariants) -> float:
         start = time.perf_counter()
         compiled(*tensors)
         times.append(time.perf_counter() - start)
-    return statistics.median(times) / TRIPS
+    return statistics.median(times) / trips
 
 
 def f32(*shape, scale=0.05):
@@ -77,21 +79,32 @@ def main() -> int:
     small = [per_iteration(chain(k), f32(32, 64), f32(64, 64, scale=0.1)) for k in kernels]
     parallel = float(np.polyfit(kernels, small, 1)[0])
 
-    rates = []
-    for m, k, n in [(32, 256, 256), (32, 256, 1024), (32, 128, 1024)]:
-        seconds = per_iteration(lambda h, w, back: (h @ w) @ back, f32(m, k), f32(k, n), f32(n, k)) - times[0]
-        rates.append(2 * 2 * m * k * n / seconds)  # two matmuls per iteration
-    flops = statistics.median(rates)
+    def matmul_rate(rows: int) -> float:
+        rates = []
+        for k, n in [(256, 256), (256, 1024), (128, 1024)]:
+            trips = max(TRIPS * 32 // rows, 8)
+            seconds = per_iteration(lambda h, w, back: (h @ w) @ back, f32(rows, k), f32(k, n), f32(n, k),
+                                    trips=trips) - times[0]
+            rates.append(2 * 2 * rows * k * n / seconds)  # two matmuls per iteration
+        return statistics.median(rates)
+
+    step_rate, batched_rate = matmul_rate(32), matmul_rate(2048)
+    # rate(m) = peak * m / (m + half): two rates give both
+    ratio = step_rate / batched_rate
+    half_rows = max(2048 * 32 * (1 - ratio) / (2048 * ratio - 32), 0.0)
+    flops = batched_rate * (2048 + half_rows) / 2048
 
     n = 256 * 1024
     seconds = per_iteration(lambda h: h * 0.5 + 1.0, f32(n)) - times[0] + tiny
     bandwidth = 2 * 4 * n / seconds
 
-    dispatch = parallel - 2 * 32 * 64 * 64 / flops
+    dispatch = parallel - 2 * 32 * 64 * 64 / step_rate  # the small kernels have 32 rows
     print(f"a tiny serial kernel costs {tiny * 1e6:.2f} us in a loop; a small parallel one {parallel * 1e6:.2f} us")
     model = TARGETS["cpu"]
+    print(f"matmuls run at {step_rate / 1e9:.0f} GFlop/s on 32 rows, {batched_rate / 1e9:.0f} on 2048")
     rows = [("dispatch seconds (per kernel in a loop)", dispatch, model.dispatch_seconds),
-            ("flops per second (RNN-step matmuls)", flops, model.flops_per_second),
+            ("flops per second (matmul peak)", flops, model.flops_per_second),
+            ("matmul half rows", half_rows, model.matmul_half_rows),
             ("bytes per second (elementwise)", bandwidth, model.bytes_per_second)]
     print(f"{'constant':42s} {'measured':>12s} {'cost model':>12s}")
     for name, measured, modelled in rows:
@@ -101,9 +114,12 @@ def main() -> int:
     out.write_text(json.dumps({"machine": platform.platform(), "processor": platform.processor(),
                                "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d"),
                                "measured": {"dispatch_seconds": dispatch, "flops_per_second": flops,
-                                            "bytes_per_second": bandwidth},
+                                            "matmul_half_rows": half_rows, "bytes_per_second": bandwidth,
+                                            "matmul_flops_per_second_32_rows": step_rate,
+                                            "matmul_flops_per_second_2048_rows": batched_rate},
                                "model": {"dispatch_seconds": model.dispatch_seconds,
                                          "flops_per_second": model.flops_per_second,
+                                         "matmul_half_rows": model.matmul_half_rows,
                                          "bytes_per_second": model.bytes_per_second}}, indent=2))
     print(f"wrote {out}")
     return 0

@@ -62,17 +62,24 @@ class Target:
     dispatch_seconds: float  # host cost of one kernel call through the Relax VM
     latency_seconds: float  # shortest time of a kernel on a dependent chain
     tape_byte_seconds: float  # price of one byte held on a tape (memory pressure)
+    # A matmul of m output rows runs at flops_per_second * m / (m + matmul_half_rows):
+    # a register tile spans a few rows and the threads split the rows, so a short
+    # matmul (an RNN step's 32 rows) wastes much of both. This is what makes batching
+    # a per-step matmul out of its loop pay on a CPU, where the flops are the same.
+    matmul_half_rows: float = 0.0
 
 
 TARGETS = {
     # 2-vCPU shared CPU, TVM llvm kernels with egad's schedules on two threads:
-    # benchmarks/calibrate.py (2026-12-01) measured 95 GFlop/s for RNN-step matmuls,
-    # 57 GB/s elementwise and 2.2 us per small parallel kernel in a loop body (DESIGN
-    # §6: 2-4 us per VM call); latency is the pool's fork/join around a parallel kernel.
-    "cpu": Target("cpu", flops_per_second=90e9, bytes_per_second=50e9, dispatch_seconds=3e-6,
-                  latency_seconds=1e-6, tape_byte_seconds=1 / 50e9),
+    # benchmarks/calibrate.py (2026-12-01) measured 105 GFlop/s for matmuls of 2048
+    # rows and 61 for the 32 rows of an RNN step (half rate at ~24 rows), 57 GB/s
+    # elementwise and 2.2 us per small parallel kernel in a loop body (DESIGN §6:
+    # 2-4 us per VM call); latency is the pool's fork/join around a parallel kernel.
+    "cpu": Target("cpu", flops_per_second=105e9, bytes_per_second=50e9, dispatch_seconds=3e-6,
+                  latency_seconds=1e-6, tape_byte_seconds=1 / 50e9, matmul_half_rows=24.0),
     # one datacenter GPU (H100/H200 class, fp32 without tensor cores): launch ~4 us of
-    # host time; a dependent kernel waits ~3 us for its predecessor to drain.
+    # host time; a dependent kernel waits ~3 us for its predecessor to drain. Short
+    # matmuls are priced by the latency term, not by matmul_half_rows (not measured).
     "gpu": Target("gpu", flops_per_second=50e12, bytes_per_second=3e12, dispatch_seconds=4e-6,
                   latency_seconds=3e-6, tape_byte_seconds=1 / 3e12),
 }
@@ -100,10 +107,14 @@ class Work:
     bytes: float = 0.0
     kernels: int = 1  # dispatches: 0 for ops that lower to no call (a static dim, an identity)
     tape_bytes: float = 0.0  # bytes this op leaves on a tape
+    rows: float | None = None  # a matmul's output rows (its rate depends on them), else None
 
     def seconds(self, target: Target) -> float:
-        """Time at full throughput (roofline)."""
-        return max(self.flops / target.flops_per_second, self.bytes / target.bytes_per_second)
+        """Time at full throughput (roofline); a matmul's flop rate falls with its rows."""
+        rate = target.flops_per_second
+        if self.rows is not None and target.matmul_half_rows:
+            rate *= self.rows / (self.rows + target.matmul_half_rows)
+        return max(self.flops / rate, self.bytes / target.bytes_per_second)
 
 
 def loop_time(trips: float, recurrence: float, work: float, kernels: float,
@@ -176,10 +187,15 @@ def _per_element(flops_per_element: float):
     return cost
 
 
+def _rows(t) -> int:
+    """A contraction's output rows: every element but those of the last axis."""
+    return max(_elements(t) // t.shape[-1], 1) if t.ndim and t.shape[-1] else 1
+
+
 def _matmul_cost(inputs, outputs, attrs) -> Work:
     a, _ = inputs
     contracted = a.shape[-1] if a.ndim else 1
-    return Work(2.0 * _elements(outputs[0]) * contracted, _moved(inputs, outputs))
+    return Work(2.0 * _elements(outputs[0]) * contracted, _moved(inputs, outputs), rows=_rows(outputs[0]))
 
 
 def _einsum_cost(inputs, outputs, attrs) -> Work:
@@ -188,7 +204,7 @@ def _einsum_cost(inputs, outputs, attrs) -> Work:
     for term, t in zip(terms, inputs):
         for letter, dim in zip(term, t.shape):
             sizes[letter] = max(sizes.get(letter, 1), dim)
-    return Work(2.0 * float(np.prod(list(sizes.values()) or [1])), _moved(inputs, outputs))
+    return Work(2.0 * float(np.prod(list(sizes.values()) or [1])), _moved(inputs, outputs), rows=_rows(outputs[0]))
 
 
 def _copy_cost(inputs, outputs, attrs) -> Work:

@@ -130,7 +130,10 @@ def extract(encoding: Encoding, snapshot: Snapshot, model: CostModel | None = No
 # Greedy extraction prices each class alone, so a value that several classes could share
 # (one fused matmul whose slices would replace four matmuls: rules/fusion.py) is charged
 # in full to each of them and never wins. Each such group is tried once as a whole: the
-# classes' current nodes banned, the extraction redone, kept when the program is cheaper.
+# classes are made to read their slices of the shared value (every other node of theirs
+# banned), the extraction redone, kept when the program is cheaper. Banning only the
+# nodes chosen is not enough: each class then takes its next-best node alone (four
+# in-loop matmuls rather than four slices of one batched matmul before the loop).
 # Only slices are followed: that is how a transformer splits one computation over
 # classes, and trying every shared alternative re-extracted GNMT-lite small 8 times
 # (+11 s) for nothing.
@@ -138,20 +141,26 @@ MAX_SHARING_TRIES = 8
 
 
 def _shared_alternatives(extractor, extraction: Extraction) -> list[frozenset]:
-    """Groups of chosen nodes to ban together: for each class that no chosen node reads
-    but slices in two or more chosen classes do, those classes' chosen nodes (largest
-    groups first)."""
+    """Groups of nodes to ban together: for each class that no chosen node reads but
+    slices in two or more chosen classes do, every node of those classes except
+    their slices of it (largest groups first)."""
     chosen_classes = set(extraction.choice)
     readers: dict[ClassId, set] = defaultdict(set)
     for cid, node in extraction.choice.items():
         for alternative in extractor.nodes.get(cid, ()):
-            if alternative == node or alternative.head != "Op1" or alternative.args[0] != "slice":
+            if alternative == node or not _is_slice(alternative):
                 continue
             (child,) = node_inputs(alternative)
             if child not in chosen_classes:
                 readers[child].add(cid)
-    groups = {frozenset(extraction.choice[cid] for cid in classes) for classes in readers.values() if len(classes) > 1}
+    groups = {frozenset(node for cid in classes for node in extractor.nodes[cid]
+                        if not (_is_slice(node) and node_inputs(node) == [child]))
+              for child, classes in readers.items() if len(classes) > 1}
     return sorted(groups, key=lambda group: (-len(group), sorted(map(str, group))))
+
+
+def _is_slice(node: ENode) -> bool:
+    return node.head == "Op1" and node.args[0] == "slice"
 
 
 def _linear_in_tapes(extractor, banned: frozenset):

@@ -23,7 +23,9 @@ transformers, and rewrites none of whose instances was rewritten are checked on 
 programs (`programs`: egad/rule_programs.py's workloads): on every program where the
 rule fires, alone, the program `extract_latest` decodes against the original, on the
 arguments of `PROGRAM_SEEDS` (each float result within the tolerance below of its own
-largest value).
+largest value, or of ten times what the program as written itself moves when its float
+inputs move by one rounding: a gradient that cancels to near zero rounds differently
+when a sound rule reassociates its sums, and that conditioning is the program's).
 
 A counterexample names the rule, its file:line, the rewrite, the inputs (shrunk by
 Hypothesis: small shapes, simple values) and both results; a rewrite that changes a
@@ -49,7 +51,7 @@ import numpy as np
 from .errors import EgadError
 from .ir import ops
 from .ir.types import TensorType
-from .pytree import flatten
+from .pytree import flatten, unflatten
 from .rule_patterns import (UNKNOWN, ConstantPattern, InstanceEnv, NotGenerable, OpPattern, PatternVar,
                             constant_value, derived_shape, derived_value, evaluate_condition, free_vars,
                             read_rewrite, substitute)
@@ -642,10 +644,11 @@ def _compare(instance: _Instance, pattern, assignment: dict, values: list) -> st
     return _differences(interpret, instance.program, instance.rewritten, values, max(magnitudes, default=0.0))
 
 
-def _differences(interpret, original, rewritten, args, scale: float) -> str | None:
+def _differences(interpret, original, rewritten, args, scale: float, noise: list | None = None) -> str | None:
     """What differs between the two programs' results on `args`, or None. An error
     raised by both is agreement, and so is an error the rewritten program no longer
-    raises; an error only the rewritten program raises is a difference."""
+    raises; an error only the rewritten program raises is a difference. `noise`, per
+    result, widens the bound to NOISE_FACTOR times it (`_rounding_noise`)."""
     outcomes = []
     for program in (original, rewritten):
         try:
@@ -674,11 +677,48 @@ def _differences(interpret, original, rewritten, args, scale: float) -> str | No
             return f"{label}: NaN or inf in other places: {_show_value(w)} as written, {_show_value(g)} rewritten"
         finite = np.isfinite(w)
         bound = RTOL.get(w.dtype.name, 1e-7) * max(scale, _magnitude(w), np.finfo(w.dtype).tiny)
+        if noise is not None and k < len(noise):
+            bound = max(bound, NOISE_FACTOR * noise[k])
         error = float(np.max(np.abs(g[finite].astype(np.float64) - w[finite]), initial=0.0))
         if error > bound:
             return (f"{label}: {_show_value(w)} as written, {_show_value(g)} rewritten (differ by {error:.3g}; "
                     f"allowed {bound:.3g})")
     return None
+
+
+NOISE_FACTOR = 10.0
+
+
+def _rounding_noise(interpret, program, args, seed: int) -> list | None:
+    """Per result, the largest change of the program's float results when each float
+    input element moves by one rounding (times 1 +- eps, signs drawn from `seed`): how
+    much this program amplifies rounding, which a sound reassociation also shows. None
+    when the program raises."""
+    rng = np.random.default_rng(seed)
+
+    def nudged(arg):
+        leaves, tree = flatten(arg)
+        out = []
+        for leaf in leaves:
+            value = np.asarray(leaf)
+            if value.dtype.kind == "f":
+                signs = rng.choice(np.array([-1.0, 1.0]), size=value.shape)
+                value = (value * (1 + np.finfo(value.dtype).eps * signs)).astype(value.dtype)
+            out.append(value)
+        return unflatten(tree, out)
+
+    try:
+        base = flatten(interpret(program, *args))[0]
+        moved = flatten(interpret(program, *[nudged(a) for a in args]))[0]
+    except EgadError:
+        return None
+    noise = []
+    for a, b in zip(base, moved):
+        a, b = np.asarray(a), np.asarray(b)
+        finite = np.isfinite(a) & np.isfinite(b)
+        noise.append(float(np.max(np.abs(a[finite].astype(np.float64) - b[finite]), initial=0.0))
+                     if a.dtype.kind == "f" else 0.0)
+    return noise
 
 
 def _first_line(error: Exception) -> str:
@@ -760,6 +800,9 @@ def _check_program(rule, case, verdict: RuleVerdict) -> None:
     for seed in PROGRAM_SEEDS:
         args = case.make_args(seed)
         problem = _differences(interpret, case.program, rewritten, args, 0.0)
+        if problem is not None:
+            noise = _rounding_noise(interpret, case.program, args, seed)
+            problem = _differences(interpret, case.program, rewritten, args, 0.0, noise)
         if problem is not None:
             verdict.counterexample = Counterexample(rule, f"{where}, on the arguments its make_args(seed={seed}) "
                                                     "gives", [], problem, case.program, rewritten)

@@ -22,7 +22,10 @@ step, and a carried state fewer. The new loop is a copy of the old one (a region
 own: the classes that read the loop's Args, each through its earliest recorded node,
 with the Args renumbered); every output of the old loop is unioned with the new loop's
 (the kept state and ys with its Gets, each batched accumulator with `acc0 + contraction`),
-so an extraction can take all of them from the new loop.
+so an extraction can take all of them from the new loop. An output (ys) that is a
+contraction of rows the new loop stacks anyway (AD's `dx_t = dz_t @ W.T` beside
+`dW += x_t^T @ dz_t`: a scan's input gradient) is computed after the loop too, as one
+einsum that keeps the step axis, and the new loop no longer computes it.
 
 Assumes: a `for` loop (its `trip_dim` attribute set: the stacked outputs' first dim), an
 accumulator whose update is `add(Arg(acc), step)` (either order, same dtype) with the
@@ -169,6 +172,15 @@ def _batch(view, loop: ENode, gets: dict[int, ClassId]) -> bool:
             del plans[k]
     if not plans:
         return False
+    ys = list(results[n_state:])
+    ys_plans = _stacked_output_plans(view, ys, set(_stacked(plans, invariant)), invariant)
+    kept_ys = [j for j in range(len(ys)) if j not in ys_plans]
+    if ys_plans:  # the new loop no longer computes what only the batched outputs read
+        starts = [results[k] for k in kept] + [ys[j] for j in kept_ys] + _stacked(plans, invariant)
+        walked = _body(view, region, starts, invariant)
+        if walked is None:
+            return False
+        body, _ = walked
 
     encoding = view.encoding
     new_region = max(encoding.regions) + 1
@@ -185,21 +197,23 @@ def _batch(view, loop: ENode, gets: dict[int, ClassId]) -> bool:
     def copy(cid: ClassId):
         return copies.get(cid, cid)
 
-    ys = list(results[n_state:])
+    stacked_ys = [ys[j] for j in kept_ys]
     whole = {leaf: rows for leaf in _stacked(plans, invariant)
              if (rows := _rows_of_invariant(view, region, lo, hi, leaf, invariant)) is not None}
     # a leaf the loop stacks already is reused; one that is a row of an invariant is not stacked
-    stacked = [c for c in _stacked(plans, invariant) if c not in ys and c not in whole]
-    new_results = tuple(copy(results[k]) for k in kept) + tuple(copy(c) for c in results[n_state:]) + \
+    stacked = [c for c in _stacked(plans, invariant) if c not in stacked_ys and c not in whole]
+    new_results = tuple(copy(results[k]) for k in kept) + tuple(copy(c) for c in stacked_ys) + \
         tuple(copy(c) for c in stacked)
     new_loop = record(view.snapshot.index[loop], ENode("For", (new_region, lo, hi, tuple(inits[k] for k in kept),
                                                                 new_results, attrs_class)))
     outputs = [ENode("Get", (new_loop, j)) for j in range(len(new_results))]
-    rows = {cid: outputs[len(kept) + j] for j, cid in enumerate(ys + stacked)}  # a per-step value -> its rows
+    rows = {cid: outputs[len(kept) + j] for j, cid in enumerate(stacked_ys + stacked)}  # a per-step value -> its rows
     rows.update(whole)
     for k, get in sorted(gets.items()):
-        if k >= n_state:
-            view.union(get, outputs[len(kept) + k - n_state])
+        if k >= n_state and k - n_state in ys_plans:
+            view.union(get, _batched(view, ys_plans[k - n_state], rows, invariant, keep_steps=True))
+        elif k >= n_state:
+            view.union(get, outputs[len(kept) + kept_ys.index(k - n_state)])
         elif k not in plans:
             view.union(get, outputs[kept.index(k)])
     for k, (plan, acc_first) in sorted(plans.items()):
@@ -208,6 +222,74 @@ def _batch(view, loop: ENode, gets: dict[int, ClassId]) -> bool:
             view.union(gets[k], ENode("Op2", ("add", NO_ATTRS, *((inits[k], total) if acc_first else
                                                                   (total, inits[k])))))
     return True
+
+
+@BATCHING.transformer("stacked-rows-in-counter-order",
+                      "index_add(x, is, ys) = x + ys where `is` stacks the counter of a for loop from 0 over x's "
+                      "rows: a scan's input gradient is one add, not a search of every row or a serial scatter")
+def stacked_rows_in_counter_order(view) -> int:
+    """AD of a scan (`xs[t]` read at step t) stacks each step's row gradient and its
+    index `t`, then scatters the rows into the input's gradient after the reverse loop.
+    A loop from 0 to n stacks the value of iteration i at row i (`ys[i - lo]`, whatever
+    its direction: docs/ir.md), so its stacked counter is 0, 1, ..., n-1, and
+    adding rows at those indices into an x of n rows adds row r to row r: the values
+    must have x's type exactly. Bit-identical."""
+    counters = _stacked_counters(view)
+    if not counters:
+        return 0
+    fused = 0
+    for cid, members in view.snapshot.nodes.items():
+        for node in members:
+            if node.head != "Op3" or node.args[0] != "index_add" or node.args[3] not in counters:
+                continue
+            target, values = node.args[2], node.args[4]
+            target_type = view.types.get(target)
+            if view.attrs(node.args[1]).get("axis") != 0 or not _same_type(target_type, view.types.get(values)) \
+                    or target_type.shape[0] != counters[node.args[3]]:
+                continue
+            add = ENode("Op2", ("add", NO_ATTRS, target, values))
+            if view.snapshot.index.get(add) != cid:
+                view.union(cid, add)
+                fused += 1
+    return fused
+
+
+def _stacked_counters(view) -> dict[ClassId, int]:
+    """The class of each stacked counter of a for loop from constant 0 to constant n -> n."""
+    snapshot = view.snapshot
+    counters = {}
+    for loop_class, members in snapshot.nodes.items():
+        for loop in members:
+            if loop.head != "For":
+                continue
+            region, lo, hi, inits, results = loop.args[:5]
+            trips = int_constant(view, hi)
+            counter = snapshot.index.get(ENode("Arg", (region, 0)))
+            if int_constant(view, lo) != 0 or trips is None or counter is None:
+                continue
+            for j, result in enumerate(results[len(inits):]):
+                stacked = snapshot.index.get(ENode("Get", (loop_class, len(inits) + j)))
+                if result == counter and stacked is not None:
+                    counters[stacked] = trips
+    return counters
+
+
+def _stacked_output_plans(view, ys: list[ClassId], stacked: set[ClassId], invariant) -> dict[int, _Contraction]:
+    """The loop outputs (ys) worth computing after the loop from rows it stacks anyway:
+    y_t a contraction whose per-step leaves the batched accumulators stack (AD's
+    `dx_t = dz_t @ W.T` beside `dW += x_t^T @ dz_t`; a bias gradient's `sum(dz_t)`).
+    Then all steps' y are one einsum of the stacked rows, and the loop drops a small
+    matmul per step. A y read as a leaf by another plan, or under a reshape, stays."""
+    plans = {}
+    for j, y in enumerate(ys):
+        if y in stacked:
+            continue
+        plan = _contraction(view, y, invariant)
+        if plan is None or plan.reshape is not None:
+            continue
+        if all(leaf in stacked or leaf in invariant for leaf, _ in plan.leaves):
+            plans[j] = plan
+    return plans
 
 
 def _same_type(a, b) -> bool:
@@ -372,13 +454,15 @@ def _substitute(field, copies):
     return field
 
 
-def _batched(view, plan: _Contraction, rows: dict[ClassId, ENode], invariant) -> ENode:
-    """The sum over all steps of the contribution: one einsum of the stacked leaves."""
+def _batched(view, plan: _Contraction, rows: dict[ClassId, ENode], invariant, keep_steps: bool = False) -> ENode:
+    """The sum over all steps of the contribution: one einsum of the stacked leaves
+    (with `keep_steps`, every step's value stacked: the einsum keeps the step axis)."""
     used = set("".join(term for _, term in plan.leaves))
     step = next(c for c in "t" + _LETTERS if c not in used)
     operands = [leaf if leaf in invariant else rows[leaf] for leaf, _ in plan.leaves]
     terms = [term if leaf in invariant else step + term for leaf, term in plan.leaves]
-    attrs = attrs_node({"spec": ",".join(terms) + "->" + plan.output}, view.encoding.constants)
+    output = step + plan.output if keep_steps else plan.output
+    attrs = attrs_node({"spec": ",".join(terms) + "->" + output}, view.encoding.constants)
     total = ENode(_OP_HEADS[len(operands)], ("einsum", attrs, *operands)) if len(operands) in _OP_HEADS else \
         ENode("OpN", ("einsum", attrs, tuple(operands)))
     if plan.reshape is not None:

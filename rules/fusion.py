@@ -77,3 +77,111 @@ def fuse_shared_operand_matmuls(view) -> int:
 def _term_inputs(node: ENode) -> list:
     inputs = node.args[2:]
     return list(inputs[0]) if node.head == "OpN" else list(inputs)
+
+
+@FUSION.transformer("fuse-matmul-sum",
+                    "a1 @ B1 + ... + ak @ Bk = concat(a1..ak) @ concat(B1..Bk): one matmul instead of k matmuls "
+                    "and k - 1 adds (the adjoint of fused gates sums one product per gate)")
+def fuse_matmul_sum(view) -> int:
+    """The mirror image of `fuse_shared_operand_matmuls`, for sums: AD of `h @ U_i`,
+    ..., `h @ U_o` gives `dh = dz_i @ U_i.T + ... + dz_o @ U_o.T` in the reverse loop.
+    Each output element is one dot product over the concatenated depth, so the sum is
+    one matmul of the left operands side by side and the weights stacked; the weights'
+    concatenation is parameter-derived, so it is computed once at the top. Only sums
+    whose every add keeps its operands' type (no broadcasting) and whose terms are
+    matmuls with a rank-2, static, parameter-derived weight are fused; the largest sum
+    only (a tree's inner sums are not fused again), and never one whose terms read a
+    fused weight already. The left operands must all have one type, and none may be a
+    row `take(X, i)` of a loop-invariant X: a cell's `x @ W + h @ U` stays as written,
+    since batching takes `x @ W` out of the loop (rules/batching.py) and fusing it with
+    `h @ U` would keep it in. Float sums are reassociated (the last bits can differ)."""
+    snapshot, types = view.snapshot, view.types
+    sums: dict[ClassId, tuple[list, set]] = {}
+    memo: dict[ClassId, tuple[list, set] | None] = {}
+    for cid in snapshot.nodes:
+        found = _sum_of_products(view, cid, 0, memo)
+        if found is not None and len(found[0]) > 1:
+            sums[cid] = found
+    inner = {c for root, (_, adds) in sums.items() for c in adds if c != root}
+    fused = 0
+    for root, (terms, _) in sums.items():
+        if root in inner or _holds_fused_matmul(view, root):
+            continue
+        terms = sorted(terms, key=lambda term: view.order(term[1]))  # weights in program order
+        lefts, weights = [a for a, _ in terms], [w for _, w in terms]
+        if len({types[a] for a in lefts}) != 1 or any(_row_of_invariant(view, a) for a in lefts):
+            continue
+        axis = types[lefts[0]].ndim - 1
+        view.union(root, ENode("Op2", ("matmul", NO_ATTRS, _concat(view, lefts, axis), _concat(view, weights, 0))))
+        fused += 1
+    return fused
+
+
+MAX_SUM_DEPTH = 16  # adds followed down one sum tree
+
+
+def _sum_of_products(view, cid: ClassId, depth: int, memo: dict) -> tuple[list, set] | None:
+    """([(a, B) for each term], {the add classes walked}) when class `cid` is a matmul
+    `a @ B` with a fusable weight or a same-typed add of such sums, else None."""
+    if cid in memo:
+        return memo[cid]
+    found = None
+    product = _fusable_product(view, cid)
+    if product is not None:
+        found = [product], set()
+    elif depth < MAX_SUM_DEPTH:
+        result_type = view.types.get(cid)
+        for node in view.snapshot.nodes[cid]:
+            if node.head != "Op2" or node.args[0] != "add":
+                continue
+            left, right = node.args[2], node.args[3]
+            if view.types.get(left) != result_type or view.types.get(right) != result_type:
+                continue
+            parts = [_sum_of_products(view, child, depth + 1, memo) for child in (left, right)]
+            if None not in parts:
+                found = parts[0][0] + parts[1][0], {cid} | parts[0][1] | parts[1][1]
+                break
+    if found is not None or depth == 0:  # a miss below the depth limit may be found from nearer
+        memo[cid] = found
+    return found
+
+
+def _fusable_product(view, cid: ClassId) -> tuple[ClassId, ClassId] | None:
+    """(a, B) for a class holding `a @ B` with B rank-2, static, parameter-derived and not a
+    fused weight already, a of rank >= 1 with B's rows, both of the result's dtype."""
+    result_type = view.types.get(cid)
+    for node in view.snapshot.nodes[cid]:
+        if node.head != "Op2" or node.args[0] != "matmul":
+            continue
+        a, weight = node.args[2], node.args[3]
+        a_type, weight_type = view.types.get(a), view.types.get(weight)
+        if not all(isinstance(t, TensorType) for t in (a_type, weight_type, result_type)):
+            continue
+        if weight_type.ndim != 2 or a_type.ndim < 1 or not all(isinstance(d, int) for d in weight_type.shape):
+            continue
+        if a_type.shape[-1] != weight_type.shape[0] or not a_type.dtype == weight_type.dtype == result_type.dtype:
+            continue
+        if weight in view.facts.parameter_derived and not _is_concat(view, weight):
+            return a, weight
+    return None
+
+
+def _row_of_invariant(view, cid: ClassId) -> bool:
+    """The class holds `take(X, i, axis=0)` of an X invariant in some loop: a row batching reads."""
+    tables = [node.args[2] for node in view.snapshot.nodes[cid] if node.head == "Op2" and node.args[0] == "take"]
+    return any(table in invariant for table in tables for invariant in view.facts.invariant.values())
+
+
+def _holds_fused_matmul(view, cid: ClassId) -> bool:
+    return any(node.head == "Op2" and node.args[0] == "matmul" and _is_concat(view, node.args[3])
+               for node in view.snapshot.nodes[cid])
+
+
+def _is_concat(view, cid: ClassId) -> bool:
+    return any(n.head.startswith("Op") and n.args[0] == "concat" for n in view.snapshot.nodes[cid])
+
+
+def _concat(view, classes: list[ClassId], axis: int) -> ENode:
+    return ENode(_OP_HEADS.get(len(classes), "OpN"),
+                 ("concat", attrs_node({"axis": axis}, view.encoding.constants),
+                  *([tuple(classes)] if len(classes) > 3 else classes)))

@@ -28,8 +28,8 @@ from egad.egraph import Snapshot, decode, encode
 from egad.egraph.schedule import saturate
 from egad.extract import CostModel, _Extractor, _tape_read_twice, extract, predicted_cost
 from tests.ad.gradcheck import scalar_loss
-from tests.egraph.test_rules import (GATED_SHAPES, LSTM, SETTINGS, Optimized, assert_same_results, floats,
-                                     gated_cell)
+from tests.egraph.test_rules import (GATED_SHAPES, LSTM, SCAN_SHAPES, SETTINGS, Optimized, assert_same_results,
+                                     floats, gated_cell, scanned_rnn_gradient)
 
 RULE = "batch-weight-gradient"
 
@@ -122,7 +122,23 @@ def test_lstm_weight_and_bias_gradients_leave_the_reverse_loop():
     program, _ = cost_extracted(gradient)
     assert reverse_loop(gradient).attrs["n_state"] - reverse_loop(program).attrs["n_state"] == 3  # dWx, dWh, db
     specs = sorted(b.attrs["spec"] for b in program.region.bindings if b.op == "einsum")
-    assert specs == ["tab->b", "tki,tkj->ij", "tki,tkj->ij"]  # db: the per-step sum over the batch, batched
+    # db: the per-step sum over the batch, batched; dxs: the stacked dz_t @ Wx.T, one product after the loop
+    assert specs == ["tab->b", "tik,jk->tij", "tki,tkj->ij", "tki,tkj->ij"]
+    assert_same_results(egad.interpret(program, *args), egad.interpret(gradient, *args))
+
+
+def test_a_scans_input_gradient_is_one_matmul_after_the_reverse_loop():
+    """`dx_t = dz_t @ W.T`, stacked as the scan's xs gradient, from the dz_t the loop
+    stacks for dW anyway: one (T*B)-row product after the loop, none per step."""
+    args = tuple(np.random.default_rng(7).normal(size=shape) for shape in SCAN_SHAPES.values())
+    gradient = scanned_rnn_gradient(args)
+    assert [b.op for b in reverse_loop(gradient).regions[0].bindings].count("matmul") == 2  # dz @ W.T, x.T @ dz
+    program, report = cost_extracted(gradient, families=("ad_simplify", "batching"))
+    assert report.fired()[RULE] == 1
+    assert "matmul" not in [b.op for b in reverse_loop(program).regions[0].bindings]
+    _, dxs, dW = program.region.results
+    assert producer(program, dxs).op == "einsum" and producer(program, dxs).attrs["spec"] == "tik,jk->tij"
+    assert producer(program, dW).attrs["spec"] == "tki,tkj->ij"
     assert_same_results(egad.interpret(program, *args), egad.interpret(gradient, *args))
 
 
@@ -144,7 +160,7 @@ def test_the_cost_model_prefers_the_batched_form_for_a_large_lstm():
     _, gradient = lstm_gradient(B=32, I=256, H=256, T=64)
     for target in ("llvm", "cuda"):
         (plain, none), (batched, einsums) = _costs(gradient, target)
-        assert none == 0 and einsums == 3, target
+        assert none == 0 and einsums == 4, target  # dWx, dWh, db and dxs
         assert batched < 0.95 * plain, (target, plain, batched)
 
 
@@ -154,7 +170,7 @@ def test_the_cost_model_prefers_the_batched_form_for_a_tiny_lstm_too():
     _, gradient = lstm_gradient(B=1, I=2, H=2, T=2)
     for target in ("llvm", "cuda"):
         (plain, _), (batched, einsums) = _costs(gradient, target)
-        assert einsums == 3 and batched < plain, (target, plain, batched)
+        assert einsums == 4 and batched < plain, (target, plain, batched)
 
 
 # --- (b) semantics ---------------------------------------------------------------------------------
@@ -187,6 +203,13 @@ def check(name, build, args, batched: int):
 def test_rnn_gradient_keeps_results(args):
     args = tuple(args[name] for name in RNN_SHAPES)
     check("rnn", lambda: rnn_gradient(args, wrt=(0, 1, 3)), args, batched=2)
+
+
+@SETTINGS
+@given(args=st.fixed_dictionaries({name: floats(*shape) for name, shape in SCAN_SHAPES.items()}))
+def test_scanned_rnn_gradient_with_stacked_outputs_keeps_results(args):
+    args = tuple(args[name] for name in SCAN_SHAPES)
+    check("scanned", lambda: scanned_rnn_gradient(args), args, batched=1)  # dW; dxs leaves as rows
 
 
 @SETTINGS

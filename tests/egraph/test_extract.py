@@ -229,11 +229,21 @@ def test_every_op_but_control_is_priced():
     assert all(op_.cost is not None for op_ in ops.OPS.values() if op_.family != "control")
     f32 = TensorType((32, 256), "float32")
     matmul = ops.OPS["matmul"].cost([f32, TensorType((256, 64), "float32")], [TensorType((32, 64), "float32")], {})
-    assert matmul == Work(2 * 32 * 64 * 256, 4 * (32 * 256 + 256 * 64 + 32 * 64))
+    assert matmul == Work(2 * 32 * 64 * 256, 4 * (32 * 256 + 256 * 64 + 32 * 64), rows=32)
     assert ops.OPS["reshape"].cost([f32], [TensorType((256, 32), "float32")], {"shape": (256, 32)}).bytes == 0
     assert target_constants("llvm -mcpu=skylake") is TARGETS["cpu"] and target_constants("cuda") is TARGETS["gpu"]
     with pytest.raises(ValueError):
         target_constants("tpu")
+
+
+def test_a_matmul_of_few_rows_runs_at_a_lower_rate_on_the_cpu():
+    """An RNN step's 32-row matmul runs well below the rate of the same flops on 2048
+    rows (benchmarks/calibrate.py measures both): batching it out of its loop pays."""
+    cpu, gpu = TARGETS["cpu"], TARGETS["gpu"]
+    step, batched, other = Work(1e9, 0.0, rows=32), Work(1e9, 0.0, rows=2048), Work(1e9, 0.0)
+    assert step.seconds(cpu) > 1.5 * batched.seconds(cpu)
+    assert batched.seconds(cpu) == pytest.approx(other.seconds(cpu), rel=0.02)  # rows=None: the peak rate
+    assert step.seconds(gpu) == other.seconds(gpu)  # not modelled on the GPU
 
 
 def test_a_loop_in_a_branch_costs_its_share():
@@ -280,3 +290,26 @@ def test_four_gate_matmuls_sharing_an_operand_are_extracted_as_one(monkeypatch):
     monkeypatch.setattr(optimizer, "_CACHE", {})
     greedy = optimize_program(egad.trace(gated_cell, *args), ["fusion"])
     assert greedy.chosen["fuse-shared-operand-matmuls"] == 0
+
+
+def test_the_shared_fused_input_projection_is_batched_out_of_the_loop():
+    """The slices of one fused, batched `xs @ [Wi Wf Wg Wo]` serve four gates only when
+    the four classes are made to read them together: banning the gates' chosen nodes
+    alone left each gate to pick its own in-loop matmul, and the trial was rejected."""
+    from egad.ir.program import walk_bindings
+    from egad.optimizer import optimize_program
+    from tests.egraph.test_rules import gated_cell
+
+    T, B, I, H = 16, 32, 128, 256
+    rng = np.random.default_rng(0)
+    shapes = [(T, B, I), *[(I, H)] * 4, *[(H, H)] * 4, (B, H), (B, H)]
+    args = tuple((rng.standard_normal(shape) * 0.05).astype("float32") for shape in shapes)
+    program = egad.trace(gated_cell, *args)
+    optimized = optimize_program(program, ["batching", "fusion"])
+    assert optimized.fallback is None
+    top = [b for b in optimized.program.region.bindings if b.op == "matmul"]
+    (loop,) = [b for b in optimized.program.region.bindings if b.op == "for"]
+    in_loop = [b for b in walk_bindings(loop.regions[0]) if b.op == "matmul"]
+    assert [b.outputs[0].type.shape for b in top] == [(T, B, 4 * H)]  # one batched matmul for all four gates
+    assert [b.outputs[0].type.shape for b in in_loop] == [(B, 4 * H)]  # h @ [Ui Uf Ug Uo]
+    _assert_same_results(egad.interpret(optimized.program, *args), egad.interpret(program, *args), "gated cell")

@@ -19,6 +19,7 @@ from egad.rule_check import _InstanceSearch, _type_of, check
 from egad.rule_files import load_families
 from egad.rule_patterns import read_rewrite
 from egad.rule_programs import ProgramCase, branch_cases
+from tests.egraph.test_rules import SCAN_SHAPES, scanned_rnn_gradient
 
 _FILES = itertools.count()
 
@@ -70,15 +71,22 @@ def test_sound_families_pass_with_instances_and_programs_for_each_rule():
         rng = np.random.default_rng(seed)
         return rng.normal(size=(3, 3)), rng.normal(size=(3, 3)), rng.normal(size=(4, 2, 3)), rng.normal(size=(2, 3))
 
+    def scanned_args(seed):
+        rng = np.random.default_rng(seed)
+        return tuple(rng.normal(size=shape) for shape in SCAN_SHAPES.values())
+
     gradient = egad.value_and_grad(egad.trace(rnn, *make_args(0)), wrt=(0, 1))
-    report = check(["loop_invariant", "batching"], programs=[ProgramCase("rnn (gradient)", gradient, make_args)],
-                   examples=12)
+    programs = [ProgramCase("rnn (gradient)", gradient, make_args),
+                ProgramCase("scanned rnn (gradient)", scanned_rnn_gradient(scanned_args(0)), scanned_args)]
+    report = check(["loop_invariant", "batching"], programs=programs, examples=12)
     assert report.sound, report
     assert {v.rule.name: v.status for v in report.verdicts} == {
         "hoist-invariant-factors": "ok", "hoist-invariant-matmul-chain": "ok", "hoist-transpose-of-row": "ok",
-        "batch-input-projection": "ok", "batch-elementwise-rows": "ok", "batch-weight-gradient": "ok"}
+        "batch-input-projection": "ok", "batch-elementwise-rows": "ok", "batch-weight-gradient": "ok",
+        "stacked-rows-in-counter-order": "ok"}
     assert all(v.instances >= 12 for v in report.verdicts if v.rule.transform is None)
-    assert report.verdict("batch-weight-gradient").programs == ["rnn (gradient)"]
+    assert report.verdict("batch-weight-gradient").programs == ["rnn (gradient)", "scanned rnn (gradient)"]
+    assert report.verdict("stacked-rows-in-counter-order").programs == ["scanned rnn (gradient)"]
     assert "no counterexample" in str(report)
 
 

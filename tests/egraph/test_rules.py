@@ -184,6 +184,46 @@ def test_batching_keeps_results(args):
     check_family(program, args, {"batch-input-projection", "batch-elementwise-rows"})
 
 
+def scanned_rnn(xs, W, h0):
+    """An RNN over xs with egad.scan: its gradient scatters each step's row of dxs."""
+    def step(h, x):
+        h = enp.tanh(x @ W + h)
+        return h, h
+
+    _, hs = egad.scan(step, h0, xs)
+    return enp.sum(hs * hs)
+
+
+SCAN_SHAPES = dict(xs=(5, 2, 3), W=(3, 3), h0=(2, 3))
+
+
+def scanned_rnn_gradient(args):
+    return egad.value_and_grad(egad.trace(scanned_rnn, *args), wrt=(0, 1))
+
+
+@SETTINGS
+@given(args=st.fixed_dictionaries({name: floats(*shape) for name, shape in SCAN_SHAPES.items()}))
+def test_stacked_rows_in_counter_order_keep_results(args):
+    args = tuple(args[name] for name in SCAN_SHAPES)
+    program = optimized("scanned-rnn-gradient", lambda: scanned_rnn_gradient(args), ["batching"])
+    check_family(program, args, {"stacked-rows-in-counter-order"})
+
+
+def test_a_scans_input_gradient_is_its_stacked_rows_not_a_scatter():
+    args = tuple(np.random.default_rng(6).normal(size=shape) for shape in SCAN_SHAPES.values())
+    gradient = scanned_rnn_gradient(args)
+    assert [b.op for b in gradient.region.bindings].count("index_add") == 1  # dxs: rows scattered at i
+    program = Optimized(gradient, ["ad_simplify", "batching"])
+    assert "index_add" not in [b.op for b in program.program.region.bindings]
+    bindings = program.program.region.bindings
+    loop_outputs = {id(out) for b in bindings if b.op == "for" and b.attrs["reverse"] for out in b.outputs}
+    dxs = program.program.region.results[1]
+    (made_by,) = [b for b in bindings if any(dxs is out for out in b.outputs)]
+    # the reverse loop's stacked rows as they are, or (batch-weight-gradient) one product of them
+    assert made_by.op == "for" or (made_by.op == "einsum" and id(made_by.inputs[0]) in loop_outputs)
+    assert_same_results(egad.interpret(program.program, *args), egad.interpret(gradient, *args))
+
+
 def gated_cell(xs, Wi, Wf, Wg, Wo, Ui, Uf, Ug, Uo, h0, c0):
     """An LSTM written gate by gate: four matmuls of x, four of h."""
     def step(t, carry):
@@ -212,7 +252,7 @@ def test_fusion_keeps_results(args):
     check_family(program, args, {"fuse-shared-operand-matmuls"})
     gradient = optimized("gated-gradient", lambda: egad.value_and_grad(egad.trace(gated_cell, *args),
                                                                        wrt=tuple(range(11))), ["fusion"])
-    check_family(gradient, args, {"fuse-shared-operand-matmuls"})
+    check_family(gradient, args, {"fuse-shared-operand-matmuls", "fuse-matmul-sum"})
 
 
 def control_program(x):
@@ -342,7 +382,29 @@ def test_four_gate_matmuls_sharing_an_operand_become_one():
     top = [b.op for b in program.program.region.bindings]
     assert top.count("concat") == 2  # the weights are joined once, before the loop
     assert program.report.matches["fuse-shared-operand-matmuls"] == 2
+    assert program.report.matches["fuse-matmul-sum"] == 0  # x @ Wi + h @ Ui stays: batching wants x @ Wi
     assert_same_results(egad.interpret(program.program, *args), egad.interpret(program.original, *args))
+
+
+def test_the_adjoints_sums_of_gate_products_become_one_matmul_each():
+    """dh = dz_i @ Ui.T + ... + dz_o @ Uo.T (and dx likewise, over W) in the reverse loop:
+    one matmul of the four dz side by side, sharing one concatenation."""
+    args = tuple(np.random.default_rng(3).normal(size=shape) for shape in GATED_SHAPES.values())
+    gradient = egad.value_and_grad(egad.trace(gated_cell, *args), wrt=tuple(range(11)))
+    program = Optimized(gradient, ["fusion"])
+
+    def reverse_body(p):
+        return next(b for b in p.region.bindings if b.op == "for" and b.attrs["reverse"]).regions[0].bindings
+
+    def step_products(p):  # matmuls with the batch's 2 rows: dh (2, 4) and dx (2, 3)
+        return sorted(b.outputs[0].type.shape for b in reverse_body(p) if b.op == "matmul"
+                      and b.outputs[0].type.shape[0] == 2)
+
+    assert step_products(gradient) == [(2, 3)] * 4 + [(2, 4)] * 4
+    assert step_products(program.program) == [(2, 3), (2, 4)]
+    assert [b.outputs[0].type.shape for b in reverse_body(program.program) if b.op == "concat"] == [(2, 16)]
+    assert program.report.matches["fuse-matmul-sum"] == 2
+    assert_same_results(egad.interpret(program.program, *args), egad.interpret(gradient, *args))
 
 
 def test_batching_and_fusion_together_leave_one_matmul_per_step():
