@@ -64,19 +64,20 @@ class Target:
     tape_byte_seconds: float  # price of one byte held on a tape (memory pressure)
     # A matmul of m output rows runs at flops_per_second * m / (m + matmul_half_rows):
     # a register tile spans a few rows and the threads split the rows, so a short
-    # matmul (an RNN step's 32 rows) wastes much of both. This is what makes batching
+    # matmul (an RNN step's 32 rows) wastes part of both. This is what makes batching
     # a per-step matmul out of its loop pay on a CPU, where the flops are the same.
     matmul_half_rows: float = 0.0
 
 
 TARGETS = {
     # 2-vCPU shared CPU, TVM llvm kernels with egad's schedules on two threads:
-    # benchmarks/calibrate.py (2026-12-01) measured 105 GFlop/s for matmuls of 2048
-    # rows and 61 for the 32 rows of an RNN step (half rate at ~24 rows), 57 GB/s
-    # elementwise and 2.2 us per small parallel kernel in a loop body (DESIGN §6:
-    # 2-4 us per VM call); latency is the pool's fork/join around a parallel kernel.
+    # benchmarks/calibrate.py measured 100-110 GFlop/s for matmuls of 2048 rows and
+    # 85-88 for the 32 rows of an RNN step in a loop body (2026-12-01: half rate at 6-8
+    # rows), 57-88 GB/s elementwise and 2.2-4.7 us per small parallel kernel in a loop
+    # body (DESIGN §6: 2-4 us per VM call); latency is the pool's fork/join around a
+    # parallel kernel.
     "cpu": Target("cpu", flops_per_second=105e9, bytes_per_second=50e9, dispatch_seconds=3e-6,
-                  latency_seconds=1e-6, tape_byte_seconds=1 / 50e9, matmul_half_rows=24.0),
+                  latency_seconds=1e-6, tape_byte_seconds=1 / 50e9, matmul_half_rows=8.0),
     # one datacenter GPU (H100/H200 class, fp32 without tensor cores): launch ~4 us of
     # host time; a dependent kernel waits ~3 us for its predecessor to drain. Short
     # matmuls are priced by the latency term, not by matmul_half_rows (not measured).

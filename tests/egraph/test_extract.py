@@ -237,11 +237,11 @@ def test_every_op_but_control_is_priced():
 
 
 def test_a_matmul_of_few_rows_runs_at_a_lower_rate_on_the_cpu():
-    """An RNN step's 32-row matmul runs well below the rate of the same flops on 2048
-    rows (benchmarks/calibrate.py measures both): batching it out of its loop pays."""
+    """An RNN step's 32-row matmul runs below the rate of the same flops on 2048 rows
+    (benchmarks/calibrate.py measures both): batching it out of its loop pays."""
     cpu, gpu = TARGETS["cpu"], TARGETS["gpu"]
     step, batched, other = Work(1e9, 0.0, rows=32), Work(1e9, 0.0, rows=2048), Work(1e9, 0.0)
-    assert step.seconds(cpu) > 1.5 * batched.seconds(cpu)
+    assert step.seconds(cpu) > 1.15 * batched.seconds(cpu)
     assert batched.seconds(cpu) == pytest.approx(other.seconds(cpu), rel=0.02)  # rows=None: the peak rate
     assert step.seconds(gpu) == other.seconds(gpu)  # not modelled on the GPU
 
