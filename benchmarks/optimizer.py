@@ -48,6 +48,7 @@ from .timing import median_seconds  # noqa: E402
 RESULTS = pathlib.Path(__file__).parent / "results"
 TARGETS = {"lstm": 1.5, "gnmt": 1.3, "corpus_slowdown": 1.05, "optimize_build_s": 5.0, "spearman": 0.8}
 ROUNDS = 7
+CORPUS_ROUNDS = 21  # corpus calls take about a millisecond: more rounds for a steadier median
 
 
 def _check_close(got, want, context: str, rtol: float = 1e-3) -> float:
@@ -63,7 +64,7 @@ def _check_close(got, want, context: str, rtol: float = 1e-3) -> float:
     return worst
 
 
-def _side_by_side(name: str, program, wrt, args, target_ratio: float) -> dict:
+def _side_by_side(name: str, program, wrt, args, target_ratio: float, rounds: int = ROUNDS) -> dict:
     started = time.perf_counter()
     optimized = egad.optimize(program, wrt=wrt)
     optimized_result = optimized(*args)
@@ -73,10 +74,13 @@ def _side_by_side(name: str, program, wrt, args, target_ratio: float) -> dict:
     plain_result = plain(*args)
     plain_seconds = time.perf_counter() - started
     error = _check_close(optimized_result, plain_result, name)
-    times = median_seconds({"rules=()": lambda: plain(*args), "default": lambda: optimized(*args)}, ROUNDS)
+    times = median_seconds({"rules=()": lambda: plain(*args), "default": lambda: optimized(*args)}, rounds)
     (optimization,) = optimized.optimizations
     return {"workload": name, "rules=() ms": times["rules=()"] * 1e3, "default ms": times["default"] * 1e3,
             "speed-up": times["rules=()"] / times["default"], "target": target_ratio,
+            # nothing rewritten built (a fallback to the original, or an extraction with no rule's node):
+            # the two builds do the same work, and a measured difference is the machine's noise
+            "same program": optimization.fallback is not None or not optimization.chosen,
             "optimize+build s": optimize_seconds, "build only s": plain_seconds, "relative error": error,
             "fallback": optimization.fallback, "rules extracted": dict(optimization.chosen),
             "predicted speed-up": optimization.predicted_before.seconds / optimization.predicted_after.seconds}
@@ -104,7 +108,8 @@ def corpus_section() -> list[dict]:
             continue
         args = to_float64(program.make_args(np.random.default_rng(1)))
         traced = egad.trace(scalar_loss(program.fn, 0), *args, static_argnums=program.static_argnums)
-        row = _side_by_side(program.name, traced, program.differentiable_argnums, args, 1 / TARGETS["corpus_slowdown"])
+        row = _side_by_side(program.name, traced, program.differentiable_argnums, args,
+                            1 / TARGETS["corpus_slowdown"], CORPUS_ROUNDS)
         rows.append(row)
         print(f"  {program.name:24s} {row['speed-up']:5.2f}x  optimize+build {row['optimize+build s']:.2f} s",
               flush=True)
@@ -214,10 +219,13 @@ def main(argv=None) -> int:
         else:
             _print_rows(result)
             if name == "corpus":
-                slow = [r["workload"] for r in result if r["speed-up"] < 1 / TARGETS["corpus_slowdown"]]
+                slower = [r for r in result if r["speed-up"] < 1 / TARGETS["corpus_slowdown"]]
+                slow = [r["workload"] for r in slower if not r["same program"]]
+                noise = [r["workload"] for r in slower if r["same program"]]
                 build_median = statistics.median(r["optimize+build s"] for r in result)
-                print(f"  slower than rules=() by more than {TARGETS['corpus_slowdown']}x: {slow or 'none'}; "
-                      f"optimize+build median {build_median:.2f} s (target <= {TARGETS['optimize_build_s']} s)")
+                print(f"  slower than rules=() by more than {TARGETS['corpus_slowdown']}x: {slow or 'none'}"
+                      + (f" (and, building nothing rewritten, so noise: {noise})" if noise else "")
+                      + f"; optimize+build median {build_median:.2f} s (target <= {TARGETS['optimize_build_s']} s)")
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / "optimizer.json"
     previous = json.loads(out.read_text()) if out.exists() else {}

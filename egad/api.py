@@ -235,20 +235,24 @@ def _within_budget(optimization, original: Program, plan):
 MEASURED_NOISE = 0.03
 
 
-def _time_side_by_side(first, second, args, budget_seconds: float = 2.0, rounds: int = 5) -> tuple[float, float]:
+def _time_side_by_side(first, second, args, budget_seconds: float = 2.0, rounds: int = 5,
+                       short_seconds: float = 0.1, max_rounds: int = 50) -> tuple[float, float]:
     """The fastest of a few calls of each of two compiled programs on `args`,
-    interleaved round by round, within about `budget_seconds`. The minimum, not the
-    median: on a shared machine, other load only ever adds time, and a few rounds'
-    median still moves with it (measured here: the same pair 3.04/2.54 ms in one
-    process, 1.8/2.4 ms later). Both have run once already (the results check)."""
+    interleaved round by round, within about `budget_seconds`: `rounds` of them, and
+    more (up to `max_rounds`) while they take under `short_seconds` in all, since a
+    millisecond program's minimum over five calls still moves by 10% here. The
+    minimum, not the median: on a shared machine, other load only ever adds time, and
+    a few rounds' median still moves with it (measured here: the same pair 3.04/2.54 ms
+    in one process, 1.8/2.4 ms later). Both have run once already (the results check)."""
     times: tuple[list, list] = ([], [])
-    deadline = time.perf_counter() + budget_seconds
-    for _ in range(rounds):
+    started = time.perf_counter()
+    for done in range(1, max_rounds + 1):
         for compiled, spent in zip((first, second), times):
-            started = time.perf_counter()
+            call_started = time.perf_counter()
             compiled(*args)
-            spent.append(time.perf_counter() - started)
-        if time.perf_counter() > deadline:
+            spent.append(time.perf_counter() - call_started)
+        elapsed = time.perf_counter() - started
+        if elapsed > budget_seconds or (done >= rounds and elapsed > short_seconds):
             break
     return min(times[0]), min(times[1])
 
