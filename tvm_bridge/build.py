@@ -3,7 +3,9 @@ numpy or DLPack arguments."""
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import dataclasses
+import gc
 import os
 import threading
 import time
@@ -229,7 +231,8 @@ def build_all(programs: list[Program], target="llvm", cache: BuildCache | None =
         return entry
 
     if len(modules) > 1:
-        with concurrent.futures.ThreadPoolExecutor(max_workers=min(len(modules), _cpu_count())) as pool:
+        with _collector_paused(), \
+                concurrent.futures.ThreadPoolExecutor(max_workers=min(len(modules), _cpu_count())) as pool:
             for k, entry in zip(modules, pool.map(finish, modules)):
                 entries[k] = entry
     else:
@@ -239,6 +242,22 @@ def build_all(programs: list[Program], target="llvm", cache: BuildCache | None =
                for entry, key in zip(entries, keys)]
     seconds = time.perf_counter() - started
     return [Compiled(program, entry, resolved, seconds) for program, entry in zip(programs, entries)]
+
+
+@contextlib.contextmanager
+def _collector_paused():
+    """Python's cyclic garbage collector off while builds run on threads. It runs in
+    whichever thread allocates, and an unreachable egglog EGraph (the optimizer's, in a
+    reference cycle) must be dropped on the thread that made it: collected on a build
+    thread, egglog raised "EGraph is unsendable, but is being dropped on another thread".
+    Reference counting still frees everything else; cycles wait for the next collection."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _cpu_count() -> int:

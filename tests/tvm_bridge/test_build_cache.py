@@ -3,6 +3,9 @@ fingerprint and target, in memory and on disk; a damaged disk entry is rebuilt,
 never trusted; writes leave no partial files."""
 from __future__ import annotations
 
+import gc
+import importlib
+
 import json
 import shutil
 
@@ -62,6 +65,24 @@ def test_builds_side_by_side_equal_builds_one_at_a_time():
     np.testing.assert_allclose(together[1](*ARGS), egad.interpret(forward, *ARGS), rtol=1e-12)
     alone = build(forward, cache=BuildCache(None))
     np.testing.assert_array_equal(alone(*ARGS), together[1](*ARGS))
+
+
+def test_builds_on_threads_run_with_the_garbage_collector_paused(monkeypatch):
+    """An unreachable egglog EGraph collected on a build thread raised "EGraph is
+    unsendable, but is being dropped on another thread": the collector runs in whichever
+    thread allocates, so the threaded builds run with it off, and it is on again after."""
+    build_module = importlib.import_module(build_all.__module__)  # the module: `build` is also a function
+    seen = []
+    compile_one = build_module._compile
+
+    def recording(module, target):
+        seen.append(gc.isenabled())
+        return compile_one(module, target)
+
+    monkeypatch.setattr(build_module, "_compile", recording)
+    assert gc.isenabled()
+    build_all([egad.trace(_loss, *ARGS), _gradient()], cache=BuildCache(None))
+    assert seen == [False, False] and gc.isenabled()
 
 
 @needs_compiler
