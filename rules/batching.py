@@ -157,10 +157,14 @@ def _batch(view, loop: ENode, gets: dict[int, ClassId]) -> bool:
     stacked_for_products = {leaf for plan, _ in plans.values() if len(plan.leaves) > 1 for leaf, _ in plan.leaves}
     plans = {k: (plan, first) for k, (plan, first) in plans.items()
              if len(plan.leaves) > 1 or all(leaf in stacked_for_products for leaf, _ in plan.leaves)}
-    # the new loop computes everything but the batched accumulators: none of it may read them
+    # the new loop computes everything but the batched accumulators and outputs (a batched
+    # output reads only the stacked leaves): none of it may read a batched accumulator
+    ys = list(results[n_state:])
     while plans:
         kept = [k for k in range(n_state) if k not in plans]
-        starts = [results[k] for k in kept] + list(results[n_state:]) + _stacked(plans, invariant)
+        ys_plans = _stacked_output_plans(view, ys, set(_stacked(plans, invariant)), invariant)
+        kept_ys = [j for j in range(len(ys)) if j not in ys_plans]
+        starts = [results[k] for k in kept] + [ys[j] for j in kept_ys] + _stacked(plans, invariant)
         walked = _body(view, region, starts, invariant)
         if walked is None:
             return False
@@ -172,15 +176,6 @@ def _batch(view, loop: ENode, gets: dict[int, ClassId]) -> bool:
             del plans[k]
     if not plans:
         return False
-    ys = list(results[n_state:])
-    ys_plans = _stacked_output_plans(view, ys, set(_stacked(plans, invariant)), invariant)
-    kept_ys = [j for j in range(len(ys)) if j not in ys_plans]
-    if ys_plans:  # the new loop no longer computes what only the batched outputs read
-        starts = [results[k] for k in kept] + [ys[j] for j in kept_ys] + _stacked(plans, invariant)
-        walked = _body(view, region, starts, invariant)
-        if walked is None:
-            return False
-        body, _ = walked
 
     encoding = view.encoding
     new_region = max(encoding.regions) + 1

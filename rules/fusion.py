@@ -48,7 +48,7 @@ def fuse_shared_operand_matmuls(view) -> int:
                 continue
             if not isinstance(weight_type.shape[1], int) or weight not in view.facts.parameter_derived:
                 continue
-            if any(n.head.startswith("Op") and n.args[0] == "concat" for n in snapshot.nodes[weight]):
+            if _is_concat(view, weight):
                 continue  # already a fused weight
             groups.setdefault((x, weight_type.shape[0], weight_type.dtype), {}).setdefault(weight, cid)
     fused = 0
@@ -58,10 +58,7 @@ def fuse_shared_operand_matmuls(view) -> int:
         weights = sorted(products, key=view.order)  # program order: gates in the order written
         if tuple(weights) in fused_already:
             continue
-        concat = ENode(_OP_HEADS.get(len(weights), "OpN"),
-                       ("concat", attrs_node({"axis": 1}, view.encoding.constants),
-                        *([tuple(weights)] if len(weights) > 3 else weights)))
-        product = ENode("Op2", ("matmul", NO_ATTRS, x, concat))
+        product = ENode("Op2", ("matmul", NO_ATTRS, x, _concat(view, weights, 1)))
         rank = max(types[x].ndim, 2) if types[x].ndim >= 2 else 1
         start = 0
         for weight in weights:

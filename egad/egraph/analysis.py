@@ -222,23 +222,23 @@ def _invariant_classes_by_loop(reads: dict[ClassId, list], regions: dict) -> dic
 
     parents: dict[ClassId, list[tuple[ClassId, ENode, list]]] = {}
     work = []
+
+    def raise_mask(cid: ClassId, node: ENode, inputs: list[ClassId]) -> None:
+        raised = masks.get(cid, 0) | node_mask(node, inputs)
+        if raised != masks.get(cid, 0):
+            masks[cid] = raised
+            work.append(cid)
+
     for cid, members in reads.items():
         for node, inputs in members:
             for child in inputs:
                 parents.setdefault(child, []).append((cid, node, inputs))
     for cid, members in reads.items():
         for node, inputs in members:
-            raised = masks.get(cid, 0) | node_mask(node, inputs)
-            if raised != masks.get(cid, 0):
-                masks[cid] = raised
-                work.append(cid)
+            raise_mask(cid, node, inputs)
     while work:
-        child = work.pop()
-        for cid, node, inputs in parents.get(child, ()):
-            raised = masks.get(cid, 0) | node_mask(node, inputs)
-            if raised != masks.get(cid, 0):
-                masks[cid] = raised
-                work.append(cid)
+        for cid, node, inputs in parents.get(work.pop(), ()):
+            raise_mask(cid, node, inputs)
     return {r: {cid for cid, mask in masks.items() if mask & bit[r]} for r in loops}
 
 
