@@ -11,7 +11,7 @@ order the schedule (egad/egraph/schedule.py) runs them:
                     acc += A_t^T @ B_t in a loop -> one contraction after it (transformer)
     fusion          x @ W1, ..., x @ Wk -> one matmul on concatenated weights (transformer)
     control         constant predicates, results every branch agrees on
-    checkpoint      (not written yet) GradLoop policies
+    checkpoint      how residuals are kept: taped, or stacked rows the reverse loop reads (transformer)
     unroll          short loops with known trip counts, written out (transformer)
 
     from egad.rules import families, rules_of

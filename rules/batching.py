@@ -52,13 +52,13 @@ from egglog import i64, var, vars_
 from egad.egraph.analysis import invariant_in, rank_of
 from egad.egraph.attrs import NO_ATTRS, attrs_node
 from egad.egraph.encoding import RegionInfo
-from egad.egraph.enode import ClassId, ENode, children, post_order
+from egad.egraph.enode import ClassId, ENode
 from egad.egraph.language import Term, op
-from egad.egraph.placement import CONTROL_HEADS
 from egad.errors import EgadError
 from egad.ir import ops
 from egad.ir.types import TensorType
 
+from .loop_body import copy_body, loop_body
 from .patterns import int_constant
 from .registry import family, rewrite
 
@@ -165,7 +165,7 @@ def _batch(view, loop: ENode, gets: dict[int, ClassId]) -> bool:
         ys_plans = _stacked_output_plans(view, ys, set(_stacked(plans, invariant)), invariant)
         kept_ys = [j for j in range(len(ys)) if j not in ys_plans]
         starts = [results[k] for k in kept] + [ys[j] for j in kept_ys] + _stacked(plans, invariant)
-        walked = _body(view, region, starts, invariant)
+        walked = loop_body(view, region, starts, invariant)
         if walked is None:
             return False
         body, reads = walked
@@ -187,7 +187,7 @@ def _batch(view, loop: ENode, gets: dict[int, ClassId]) -> bool:
         view.editor.record(node, view.site, like=cid)
         return node
 
-    copies = _copy(body, lambda index: ENode("Arg", (new_region, renumbered[index])), record)
+    copies = copy_body(body, lambda index: ENode("Arg", (new_region, renumbered[index])), record)
 
     def copy(cid: ClassId):
         return copies.get(cid, cid)
@@ -367,86 +367,6 @@ def _peel_transpose(view, cid: ClassId, term: str) -> tuple[ClassId, str]:
         if node.head == "Op1" and node.args[0] == "transpose" and view.attrs(node.args[1])["perm"] == (1, 0):
             return node.args[2], term[::-1]
     return cid, term
-
-
-def _body(view, region: int, starts, invariant):
-    """The classes the new loop recomputes: those whose earliest recorded node reads, at
-    any depth, an `Arg` of the loop; each with that node, and the loop's Args they read.
-    Everything else they read is read from where it is (classes are values: a forward
-    loop's ys, tape and all, is the same value in both loops). None for a body the copy
-    cannot hold: a control node or a tape allocation in it, an Arg of a region nested in
-    the loop, a class with no recorded node, a cycle."""
-    snapshot, origins = view.snapshot, view.editor.origins
-    outer = {0}
-    parent = view.encoding.regions[region].parent
-    while parent is not None:
-        outer.add(parent)
-        parent = view.encoding.regions[parent].parent
-    earliest: dict[ClassId, ENode | None] = {}
-
-    def node_of(cid: ClassId) -> ENode | None:
-        if cid not in earliest:
-            recorded = [n for n in snapshot.nodes.get(cid, ()) if n in origins]
-            earliest[cid] = min(recorded, key=lambda n: origins[n].order) if recorded else None
-        return earliest[cid]
-
-    def term_reads(cid: ClassId) -> list[ClassId]:
-        node = node_of(cid)
-        return [] if cid in invariant or node is None else [c for c in children(node) if c.sort == "Term"]
-
-    cycles: list[ClassId] = []
-    order = post_order(starts, term_reads, cycles.append)
-    if cycles or any(node_of(cid) is None for cid in order if cid not in invariant):
-        return None  # a cycle through the earliest nodes, or nothing recorded
-    reading: dict[ClassId, bool] = {}  # class -> reads the loop's Args
-    for cid in order:
-        node = node_of(cid)
-        if cid in invariant:
-            reading[cid] = False
-        elif node.head == "Arg":
-            reading[cid] = node == ENode("Arg", (region, node.args[1]))
-        else:
-            reading[cid] = any(reading[c] for c in children(node) if c.sort == "Term")
-
-    body: dict[ClassId, ENode] = {}
-    reads: set[int] = set()
-    stack = [c for c in starts if reading[c]]
-    while stack:
-        cid = stack.pop()
-        if cid in body:
-            continue
-        node = body[cid] = node_of(cid)
-        if node.head in CONTROL_HEADS or node.head == "NewTape":
-            return None
-        if node.head == "Arg":
-            reads.add(node.args[1])
-        for child in children(node):
-            if child.sort != "Term":
-                continue
-            if reading[child]:
-                stack.append(child)
-            elif node_of(child) is not None and node_of(child).head == "Arg" and node_of(child).args[0] not in outer:
-                return None  # an Arg of a region nested in the loop, outside its own region
-    return body, reads
-
-
-def _copy(body: dict[ClassId, ENode], arg, record) -> dict[ClassId, ENode]:
-    """Each body class's node rebuilt over the copies of its inputs, `arg(i)` for `Arg(loop, i)`,
-    each passed to `record(class, copy)` in dependency order (no recursion: a body can be a long chain)."""
-    copies: dict[ClassId, ENode] = {}
-    for cid in post_order(body, lambda cid: [c for c in children(body[cid]) if c in body]):
-        node = body[cid]
-        copies[cid] = record(cid, arg(node.args[1]) if node.head == "Arg" else
-                             ENode(node.head, tuple(_substitute(field, copies) for field in node.args)))
-    return copies
-
-
-def _substitute(field, copies):
-    if isinstance(field, ClassId):
-        return copies.get(field, field)
-    if isinstance(field, tuple):
-        return tuple(_substitute(item, copies) for item in field)
-    return field
 
 
 def _batched(view, plan: _Contraction, rows: dict[ClassId, ENode], invariant, keep_steps: bool = False) -> ENode:

@@ -34,8 +34,12 @@ _OP_HEADS = {1: "Op1", 2: "Op2", 3: "Op3"}
                     "x @ W1, ..., x @ Wk = slices of x @ concat(W1..Wk): one kernel instead of k")
 def fuse_shared_operand_matmuls(view) -> int:
     snapshot, types = view.snapshot, view.types
-    fused_already = {tuple(_term_inputs(node)) for members in snapshot.nodes.values() for node in members
-                     if node.head.startswith("Op") and node.args[0] == "concat"}
+    concats = {cid: tuple(_term_inputs(node)) for cid, members in snapshot.nodes.items() for node in members
+               if node.head.startswith("Op") and node.args[0] == "concat"}
+    # (x, weights) of every product of x with concatenated weights: a loop's copy (rules/checkpoint.py)
+    # multiplies a new x by the same weights, and is fused again
+    fused_already = {(node.args[2], concats[node.args[3]]) for members in snapshot.nodes.values() for node in members
+                     if node.head == "Op2" and node.args[0] == "matmul" and node.args[3] in concats}
     groups: dict[tuple, dict[ClassId, ClassId]] = {}  # (x, rows, dtype) -> {W: class of x @ W}
     for cid, members in snapshot.nodes.items():
         for node in members:
@@ -56,7 +60,7 @@ def fuse_shared_operand_matmuls(view) -> int:
         if len(products) < 2:
             continue
         weights = sorted(products, key=view.order)  # program order: gates in the order written
-        if tuple(weights) in fused_already:
+        if (x, tuple(weights)) in fused_already:
             continue
         product = ENode("Op2", ("matmul", NO_ATTRS, x, _concat(view, weights, 1)))
         rank = max(types[x].ndim, 2) if types[x].ndim >= 2 else 1

@@ -153,7 +153,8 @@ class _RegionBuilder:
     def _arg_var(self, region: int, index: int, type_) -> Var:
         arg = ENode("Arg", (region, index))
         origin = self.decoder.origins.get(arg)
-        return Var(type_, origin.hints[0] if origin is not None else "")
+        # a rule's new Arg has no user name when no node it copies had one (a counter the old body never read)
+        return Var(type_, origin.hints[0] if origin is not None and origin.hints else "")
 
     def _control(self, node: ENode, op: str, inputs: list[Var], attrs: dict, regions: list[Region],
                  invariants: list[Var]) -> tuple[Var, ...]:

@@ -1,0 +1,171 @@
+"""rules/checkpoint.py's loop transformer `stack-taped-residuals` (CONVENTIONS 4: judged
+by running the program before and after).
+
+A forward loop's tape pushes become stacked outputs and its reverse loop's pops rows of
+them. (a) The intended effect: the store alternative is in the e-graph for every taped
+residual, and the cost model takes it (no tape op is left in an RNN's or an LSTM's
+gradient); one stacked forward loop serves every reverse loop that pops its tapes; a
+residual the reverse loop only popped to stack again (the weight gradient's h_{t-1}) is
+read from the forward loop's rows. (b) Semantics on Hypothesis inputs (float64, 1e-12),
+through the rule-preferring test extractor: an RNN, a gate-by-gate LSTM, a scan run
+backwards, and loops where the rule must not fire.
+"""
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+import egad
+import egad.numpy as enp
+from egad import rules
+from egad.egraph import Snapshot, decode, encode
+from egad.egraph.schedule import saturate
+from egad.extract import extract
+from egad.ir.program import walk_bindings
+from rules.checkpoint import STACK
+from tests.egraph.test_batch_weight_gradient import RNN_SHAPES, lstm_gradient, producer, reverse_loop, rnn_gradient
+from tests.egraph.test_rules import RNN_SHAPES as CELL_SHAPES
+from tests.egraph.test_rules import (GATED_SHAPES, SCAN_SHAPES, SETTINGS, assert_same_results, check_family,
+                                     floats, gated_cell, optimized, rnn)
+
+TAPE_OPS = {"tape_alloc", "tape_push", "tape_pop"}
+
+
+def cost_extracted(program, families):
+    """encode -> saturate -> extract by cost -> decode; with the encoding, for its regions."""
+    encoding = encode(program)
+    report = saturate(encoding, families=list(families))
+    snapshot = Snapshot.of(encoding.egraph)
+    return decode(encoding, snapshot, extract(encoding, snapshot)), report, encoding
+
+
+def ops(program) -> list[str]:
+    return [b.op for b in walk_bindings(program.region)]
+
+
+def forward_loop(program):
+    return next(b for b in program.region.bindings if b.op == "for" and not b.attrs["reverse"])
+
+
+def copies(encoding) -> list[int]:
+    """The regions this rule copied, in the order it copied them."""
+    return [info.copied_from[1] for _, info in sorted(encoding.regions.items())
+            if info.copied_from is not None and info.copied_from[0] == STACK]
+
+
+# --- (a) the intended effect -----------------------------------------------------------------------
+
+def test_an_rnns_tapes_become_rows_the_forward_loop_stacks():
+    args = tuple(np.random.default_rng(0).normal(size=shape) for shape in RNN_SHAPES.values())
+    gradient = rnn_gradient(args)
+    assert ops(gradient).count("tape_push") == 2 and ops(gradient).count("tape_pop") == 2  # h_t, h_{t-1}
+    program, report, encoding = cost_extracted(gradient, ["checkpoint"])
+    assert report.fired()[STACK] == 1 and copies(encoding) == [1, 2]  # the forward loop, then the reverse one
+    assert not TAPE_OPS & set(ops(program))
+    forward, backward = forward_loop(program), reverse_loop(program)
+    assert forward.attrs["n_state"] == 1 and len(forward.outputs) == 1 + 2  # h, and the stacked h_t, h_{t-1}
+    body = backward.regions[0]
+    takes = [b for b in body.bindings if b.op == "take" and b.inputs[1] is body.params[0]]
+    assert len(takes) == 3  # xs[i] as before, and row i of h_t and of h_{t-1}, where it popped them
+    assert {id(v) for v in forward.outputs[1:]} <= {id(v) for v in backward.inputs}
+    assert_same_results(egad.interpret(program, *args), egad.interpret(gradient, *args))
+
+
+def test_a_residual_popped_only_to_be_stacked_again_is_the_forward_loops_rows():
+    """batch-weight-gradient stacks the popped h_{t-1} for `dW = einsum(Hprev, dZ)`: with
+    the residuals stacked, Hprev is the forward loop's own stacked output."""
+    args = tuple(np.random.default_rng(1).normal(size=shape) for shape in RNN_SHAPES.values())
+    gradient = rnn_gradient(args)
+    program, report, encoding = cost_extracted(gradient, ["batching", "checkpoint"])
+    assert report.fired()[STACK] == 2 and len(copies(encoding)) == 3  # one forward copy shared by two reverse
+    assert not TAPE_OPS & set(ops(program))
+    _, dW, _ = program.region.results
+    add = producer(program, dW)
+    (einsum,) = [producer(program, v) for v in add.inputs if producer(program, v).op == "einsum"]
+    assert producer(program, einsum.inputs[0]) is forward_loop(program)
+    assert_same_results(egad.interpret(program, *args), egad.interpret(gradient, *args))
+
+
+def test_an_lstm_gradients_loops_hold_no_tape_op_under_the_default_rules():
+    args, gradient = lstm_gradient()
+    assert ops(gradient).count("tape_push") >= 6
+    program, report, encoding = cost_extracted(gradient, [f.name for f in rules.default()])
+    assert report.limit_hit is None and STACK in report.fired()
+    assert copies(encoding).count(1) == 1  # the forward loop is copied once, whatever pops its tapes
+    assert not TAPE_OPS & set(ops(program))
+    assert_same_results(egad.interpret(program, *args), egad.interpret(gradient, *args))
+
+
+# --- (b) semantics -------------------------------------------------------------------------------------
+
+def rnn_sum_of_squares(U, W, xs, h0):
+    return enp.sum(rnn(U, W, xs, h0) ** 2)
+
+
+@SETTINGS
+@given(args=st.fixed_dictionaries({name: floats(*shape) for name, shape in CELL_SHAPES.items()}))
+def test_rnn_gradient_keeps_results(args):
+    args = tuple(args[name] for name in CELL_SHAPES)
+    program = optimized("stack-rnn-gradient", lambda: egad.value_and_grad(egad.trace(rnn_sum_of_squares, *args),
+                                                                                     wrt=(0, 1, 3)),
+                        ["checkpoint"])
+    check_family(program, args, {STACK})
+
+
+@SETTINGS
+@given(args=st.fixed_dictionaries({name: floats(*shape) for name, shape in GATED_SHAPES.items()}))
+def test_gate_by_gate_lstm_gradient_keeps_results(args):
+    args = tuple(args[name] for name in GATED_SHAPES)
+    program = optimized("stack-gated-gradient", lambda: egad.value_and_grad(egad.trace(gated_cell, *args),
+                                                                            wrt=tuple(range(11))),
+                        ["batching", "fusion", "checkpoint"])
+    check_family(program, args, {STACK})
+    assert not TAPE_OPS & set(ops(program.program))
+
+
+def backward_scan(xs, W, h0):
+    """A scan run from the last step to the first: its adjoint loop runs forwards."""
+    def step(h, x):
+        h = enp.tanh(x @ W + h)
+        return h, h * h
+
+    h, ys = egad.scan(step, h0, xs, reverse=True)
+    return enp.sum(ys) + enp.sum(h)
+
+
+@SETTINGS
+@given(args=st.fixed_dictionaries({name: floats(*shape) for name, shape in SCAN_SHAPES.items()}))
+def test_a_backward_scans_gradient_keeps_results(args):
+    args = tuple(args[name] for name in SCAN_SHAPES)
+    program = optimized("stack-backward-scan", lambda: egad.value_and_grad(egad.trace(backward_scan, *args),
+                                                                           wrt=(0, 1, 2)), ["checkpoint"])
+    check_family(program, args, {STACK})
+
+
+def from_one(xs, W, h0):
+    """A loop from 1: its rows would be stacked at i - 1, so the rule leaves it."""
+    h = egad.fori_loop(1, xs.shape[0], lambda t, h: enp.tanh(xs[t] @ W + h), h0)
+    return enp.sum(h * h)
+
+
+def until_small(xs, W, h0):
+    """A while loop: its residuals are kept on tapes whose length is known only at run time."""
+    def body(carry):
+        t, h = carry
+        return t + 1, enp.tanh(xs[t] @ W + h)
+
+    _, h = egad.while_loop(lambda carry: carry[0] < xs.shape[0], body, (0, h0))
+    return enp.sum(h * h)
+
+
+@SETTINGS
+@given(args=st.fixed_dictionaries({name: floats(*shape) for name, shape in SCAN_SHAPES.items()}))
+def test_loops_the_rule_does_not_fit_are_left_as_they_are(args):
+    args = tuple(args[name] for name in SCAN_SHAPES)
+    for name, fn in (("stack-from-one", from_one), ("stack-while", until_small)):
+        program = optimized(name, lambda fn=fn: egad.value_and_grad(egad.trace(fn, *args), wrt=(0, 1, 2)),
+                            ["checkpoint"])
+        assert STACK not in program.report.fired(), name
+        assert "tape_push" in ops(program.program)
+        assert_same_results(egad.interpret(program.program, *args), egad.interpret(program.original, *args), name)
