@@ -32,7 +32,9 @@ and choices are made class by class, so an extraction could take one output from
 each loop and pop every tape twice. So a tape read by two chosen nodes is resolved
 after extraction: extract again with each of those nodes banned in turn, keep the
 cheaper (at most `MAX_TAPE_CONFLICTS` times; no extraction without such a read is an
-error).
+error). Copies that read stacked rows instead of tapes (rules/checkpoint.py) pop
+nothing, so two chosen loops with an output in one class (alternatives of one loop:
+both would run) are resolved the same way.
 
 Shared alternatives. Choices are priced class by class, so a value several classes
 could share (one fused matmul whose slices would replace four: rules/fusion.py) is
@@ -164,16 +166,17 @@ def _is_slice(node: ENode) -> bool:
 
 
 def _linear_in_tapes(extractor, banned: frozenset):
-    """(extractor, extraction, banned) with no tape read twice: re-extracted with
-    one of the reading nodes banned in turn, the cheapest kept."""
+    """(extractor, extraction, banned) with no tape read twice and no two alternative
+    loops both taken: re-extracted with one of the conflicting nodes banned in turn,
+    the cheapest kept."""
     extraction = extractor.extraction()
     encoding, snapshot, model = extractor.encoding, extractor.snapshot, extractor.model
     for _ in range(MAX_TAPE_CONFLICTS):
-        readers = _tape_read_twice(extractor.types, extraction)
+        readers = _tape_read_twice(extractor.types, extraction) or _alternative_loops_taken(snapshot, extraction)
         if readers is None:
             return extractor, extraction, banned
         options = []
-        for node in readers:  # keep all but one of the nodes that read the tape
+        for node in readers:  # keep all but one of the conflicting nodes
             try:
                 option = _Extractor(encoding, snapshot, model, banned=banned | {node}, types=extractor.types)
                 chosen = option.extraction()
@@ -183,11 +186,31 @@ def _linear_in_tapes(extractor, banned: frozenset):
         if not options:
             break
         _, _, extractor, extraction, banned = min(options)
-    raise EgadError("extraction reads one tape twice (two alternative loops that pop it) and no extraction "
-                    "without that was found")
+    raise EgadError("extraction reads one tape twice (two alternative loops that pop it), or takes outputs from "
+                    "two alternative loops, and no extraction without that was found")
 
 
-MAX_TAPE_CONFLICTS = 16  # re-extractions to keep tapes linear before giving up
+MAX_TAPE_CONFLICTS = 16  # re-extractions to keep tapes linear (and alternative loops apart) before giving up
+
+
+def _alternative_loops_taken(snapshot: Snapshot, extraction: Extraction) -> list[ENode] | None:
+    """Two chosen loops that are alternatives of one loop (an output of one is in a class
+    with an output of the other: rules/checkpoint.py's and rules/batching.py's copies),
+    else None. Classes are chosen one by one, so an extraction can take one output from
+    each and run both loops; with tapes, the tape conflict above catches it, but a copy
+    that reads stacked rows instead pops nothing."""
+    owner: dict[ClassId, ENode] = {}
+    for cid, node in extraction.choice.items():
+        if node.head != "For":
+            continue
+        for k in range(len(node.args[4])):
+            get = snapshot.index.get(ENode("Get", (cid, k)))
+            if get is None:
+                continue
+            other = owner.setdefault(get, node)
+            if other is not node:
+                return [other, node]
+    return None
 
 
 def _tape_read_twice(types: ClassTypes, extraction: Extraction) -> list[ENode] | None:

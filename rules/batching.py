@@ -58,7 +58,7 @@ from egad.errors import EgadError
 from egad.ir import ops
 from egad.ir.types import TensorType
 
-from .loop_body import copy_body, loop_body
+from .loop_body import copy_body, copy_recorder, loop_body
 from .patterns import int_constant
 from .registry import family, rewrite
 
@@ -183,10 +183,7 @@ def _batch(view, loop: ENode, gets: dict[int, ClassId]) -> bool:
     encoding.regions[new_region] = RegionInfo(info.op, info.names, info.parent)
     renumbered = {0: 0, **{1 + k: 1 + j for j, k in enumerate(kept)}}
 
-    def record(cid: ClassId, node: ENode) -> ENode:  # a copy keeps the old node's source line and names
-        view.editor.record(node, view.site, like=cid)
-        return node
-
+    record = copy_recorder(view)
     copies = copy_body(body, lambda index: ENode("Arg", (new_region, renumbered[index])), record)
 
     def copy(cid: ClassId):

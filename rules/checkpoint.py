@@ -12,20 +12,33 @@ against each other and against the other families' rewrites:
                             rows of an invariant table, which batching reads in place
                             (a per-step value the reverse loop only popped to stack it
                             again is that table itself).
+    recompute-taped-residuals
+                            recompute: residuals that are at most `MAX_RECOMPUTED_OPS`
+                            elementwise ops of other residuals, invariants and the
+                            counter (an LSTM's h_t = o_t * tanh(c_t)) are not stacked;
+                            the reverse loop rebuilds them from the rows of those it
+                            reads, at the same counter. Fewer bytes held and written
+                            per trip, for a few elementwise ops. A late rule (Rule.late):
+                            it runs once the other rules have settled.
 
-Assumes (`stack-taped-residuals`): a forward `for` loop F from the constant 0 with its
+Assumes (both rules): a forward `for` loop F from the constant 0 with its
 `trip_dim` set, every tape state of which starts as `NewTape` and gains exactly one
 `tape_push(Arg, v)` per trip; a reverse `for` loop R over the same bound classes, run
 in the opposite direction, every tape state of which starts as one of F's final tapes
 (each at most once) and loses exactly one `tape_pop` per trip. Then R's trip at
 counter i pops what F's trip at counter i pushed, and F stacks that trip's values at
-row i - lo = i (docs/ir.md), so the pop is `take(V, i)`: bit-identical. Neither body
+row i - lo = i (docs/ir.md), so the pop is `take(V, i)`: bit-identical; a recomputed
+residual runs the ops that made it on the same values, so it is the same value (the
+lowering may fuse them differently, within float rounding). Neither body
 holds a control node (rules/loop_body.py copies straight-line bodies). A forward
 loop's stacked copy F' is made once and shared by every reverse loop that pops F's
 tapes (`batch-weight-gradient` makes a second one); both copies' regions record what
 they copy (`RegionInfo.copied_from`), so a later round finds them.
 
-Memory is unchanged by this rule (rows or tape, every residual is held). The
+Memory: storing keeps every residual (rows or tape, the same bytes); recomputing holds
+fewer. `_within_budget` (egad/api.py) counts stacked rows as bytes a memory budget did
+not plan for (it planned tapes), so under a tight `memory_budget` an extraction that
+stacks may be refused for the checkpointed program as AD wrote it. The
 `GradLoop` policies that hold fewer are written today outside the e-graph:
 `egad.optimize(..., memory_budget=bytes)` plans one policy per top-level `for` loop
 with a static trip count and per top-level `while` loop (egad/ad/checkpoint.py:
@@ -47,9 +60,10 @@ import dataclasses
 from egad.egraph.attrs import attrs_node
 from egad.egraph.encoding import RegionInfo
 from egad.egraph.enode import ClassId, ENode
+from egad.ir import ops
 from egad.ir.types import TapeType
 
-from .loop_body import copy_body, loop_body
+from .loop_body import copy_body, copy_recorder, loop_body
 from .patterns import int_constant
 from .registry import family
 
@@ -57,28 +71,49 @@ CHECKPOINT = family("checkpoint", __doc__, todo="every-k, Revolve and online pol
                     "(every-k, for and while, runs outside the e-graph: egad/ad/checkpoint.py, memory_budget=)")
 
 STACK = "stack-taped-residuals"
+RECOMPUTE = "recompute-taped-residuals"
 
 
 @dataclasses.dataclass
 class _Forward:
-    """A forward loop whose tapes can be stacked rows: F's class and node, and per tape
-    state k the value pushed each trip."""
+    """A forward loop whose tapes can be stacked rows: F's class and node, per tape state
+    k the value pushed each trip, and (once planned) which tapes its copy stacks and how
+    the others are recomputed."""
 
     cid: ClassId
     node: ENode
     pushed: dict[int, ClassId]
-    rows: dict[int, object] | None = None  # tape state k -> its stacked rows (a class, or F''s new Get)
+    stored: list[int] | None = None  # the tape states whose values the copy stacks
+    recomputed: dict[int, dict[ClassId, ENode]] | None = None  # tape state -> its definition (a body to copy)
+    rows: dict[int, object] | None = None  # stored tape state -> its stacked rows (a class, or the copy's new Get)
 
 
 @CHECKPOINT.transformer(STACK, "a forward loop's tape pushes as stacked outputs, its reverse loop's pops as rows "
                                "of them: the same bytes, a stacked put instead of a push, and residuals that "
                                "batching reads as rows of an invariant")
 def stack_taped_residuals(view) -> int:
+    return _transform(view, STACK, lambda forward: (sorted(forward.pushed), {}))
+
+
+# late: a second copy of every loop pair, for a put or two a trip; on GNMT-lite, made
+# in every round, it doubled saturation and extraction time for nothing the model prices
+@CHECKPOINT.transformer(RECOMPUTE, "a residual that is a few elementwise ops of other residuals, recomputed by the "
+                                   "reverse loop from their rows: fewer bytes stacked and written each trip",
+                        late=True)
+def recompute_taped_residuals(view) -> int:
+    return _transform(view, RECOMPUTE, lambda forward: _recompute_plan(view, forward))
+
+
+def _transform(view, rule: str, plan) -> int:
+    """Every (forward, reverse) pair of loops that fits: the forward loop's copy stacks the
+    tapes `plan(forward)` stores and the reverse loop's copy reads their rows, recomputing
+    the others; each copy is made once (a copy's region says what it copies)."""
     snapshot, encoding = view.snapshot, view.encoding
     loops = {node.args[0]: (cid, node) for cid, members in snapshot.nodes.items()
              for node in members if node.head == "For"}
-    copied = {info.copied_from[1]: region for region, info in encoding.regions.items()
-              if info.copied_from is not None and info.copied_from[0] == STACK}
+    # a copied region -> (its copy, what the copy stored: tape states of a forward loop)
+    copied = {info.copied_from[1]: (region, info.copied_from[2]) for region, info in encoding.regions.items()
+              if info.copied_from is not None and info.copied_from[0] == rule}
     forwards: dict[ClassId, tuple[_Forward, int]] = {}  # a forward loop's final tape -> (the loop, tape state)
     for region, (cid, node) in loops.items():
         forward = _forward(view, cid, node)
@@ -88,7 +123,7 @@ def stack_taped_residuals(view) -> int:
                 if tape is not None:
                     forwards[tape] = (forward, k)
     outputs = view.outputs()
-    stacked = 0
+    changed = 0
     for region, (cid, node) in sorted(loops.items()):
         if region in copied:
             continue  # copied in an earlier round
@@ -96,12 +131,98 @@ def stack_taped_residuals(view) -> int:
         if found is None:
             continue
         forward, pops = found
-        if forward.rows is None and not _stack_forward(view, forward, outputs, loops.get(copied.get(
-                forward.node.args[0]))):
+        existing = copied.get(forward.node.args[0])
+        if forward.stored is None:
+            # a copy made in an earlier round fixes what is stored: its rows are laid out so
+            forward.stored, forward.recomputed = plan(forward) if existing is None else \
+                _replan(view, forward, list(existing[1]))
+        if forward.stored is None:
+            continue  # nothing to recompute, or no longer recomputable as the copy was planned
+        walked = _reverse_body(view, node, pops, forward)
+        if walked is None:
+            continue  # checked before the forward copy is made: a copy no reverse loop reads is no use
+        if forward.rows is None and not _stack_forward(view, rule, forward, outputs,
+                                                       existing and loops.get(existing[0])):
             continue
-        if _read_rows(view, cid, node, pops, forward, outputs):
-            stacked += 1
-    return stacked
+        _read_rows(view, rule, cid, node, pops, forward, outputs, walked)
+        changed += 1
+    return changed
+
+
+MAX_RECOMPUTED_OPS = 4  # elementwise ops a recomputed residual may take
+
+
+def _recompute_plan(view, forward: _Forward):
+    """(the tapes to store, {tape: definition}) for the residuals that are at most
+    `MAX_RECOMPUTED_OPS` elementwise ops of stored residuals, invariants and the counter
+    (an LSTM's h_t = o_t * tanh(c_t), both taped). From the last pushed value back, each
+    is recomputed when its definition reads only residuals still stored, and one another
+    definition reads stays stored. (None, None) when nothing can be recomputed."""
+    region = forward.node.args[0]
+    invariant = view.facts.invariant.get(region, set())
+    counter = view.snapshot.index.get(ENode("Arg", (region, 0)))
+    pushers: dict[ClassId, list[int]] = {}
+    for k, value in forward.pushed.items():
+        pushers.setdefault(value, []).append(k)
+    stored, recomputed, needed = set(forward.pushed), {}, set()
+    for k in sorted(forward.pushed, key=lambda k: view.order(forward.pushed[k]), reverse=True):
+        value = forward.pushed[k]
+        if value in needed or len(pushers[value]) > 1:
+            continue
+        leaves = {forward.pushed[j] for j in stored if j != k}
+        definition = _definition(view, region, value, leaves, invariant, counter)
+        if definition is not None:
+            body, read = definition
+            recomputed[k] = body
+            stored.discard(k)
+            needed |= read
+    if not recomputed:
+        return None, None
+    return sorted(stored), recomputed
+
+
+def _replan(view, forward: _Forward, stored: list[int]):
+    """(stored, {tape: definition}) for a forward loop whose copy stores `stored`, or
+    (None, None) when a residual it does not store can no longer be defined from them."""
+    region = forward.node.args[0]
+    invariant = view.facts.invariant.get(region, set())
+    counter = view.snapshot.index.get(ENode("Arg", (region, 0)))
+    leaves = {forward.pushed[j] for j in stored}
+    recomputed = {}
+    for k in sorted(set(forward.pushed) - set(stored)):
+        definition = _definition(view, region, forward.pushed[k], leaves, invariant, counter)
+        if definition is None:
+            return None, None
+        recomputed[k] = definition[0]
+    return stored, recomputed
+
+
+def _definition(view, region: int, value: ClassId, leaves: set, invariant, counter):
+    """(the classes to copy, each with its earliest recorded node; the leaves it reads)
+    when `value` is at most `MAX_RECOMPUTED_OPS` elementwise ops of `leaves`, invariants
+    and the loop's counter; else None."""
+    origins = view.editor.origins
+    body: dict[ClassId, ENode] = {}
+    read: set[ClassId] = set()
+    stack = [value]
+    while stack:
+        cid = stack.pop()
+        if cid in body:
+            continue
+        if cid != value and (cid in leaves or cid in invariant):
+            read |= {cid} & leaves
+            continue
+        recorded = [n for n in view.snapshot.nodes.get(cid, ()) if n in origins]
+        if not recorded:
+            return None
+        node = body[cid] = min(recorded, key=lambda n: origins[n].order)
+        if cid == counter:
+            continue
+        if node.head not in ("Op1", "Op2", "Op3") or ops.OPS[node.args[0]].family != "elementwise" \
+                or sum(1 for n in body.values() if n.head != "Arg") > MAX_RECOMPUTED_OPS:
+            return None
+        stack.extend(node.args[2:])
+    return body, read
 
 
 def _forward(view, cid: ClassId, node: ENode) -> _Forward | None:
@@ -156,25 +277,18 @@ def _pops(view, node: ENode, forwards):
     return forward, pops
 
 
-def _new_region(view, region: int) -> int:
+def _new_region(view, rule: str, region: int, stored: tuple = ()) -> int:
     encoding = view.encoding
     new_region = max(encoding.regions) + 1
     info = encoding.regions[region]
-    encoding.regions[new_region] = RegionInfo(info.op, info.names, info.parent, copied_from=(STACK, region))
+    encoding.regions[new_region] = RegionInfo(info.op, info.names, info.parent, copied_from=(rule, region, stored))
     return new_region
 
 
-def _recorder(view):
-    def record(cid: ClassId, node: ENode):  # a copy keeps the old node's source line and names
-        return view.editor.record(node, view.site, like=cid)
-
-    return record
-
-
-def _stack_forward(view, forward: _Forward, outputs, existing) -> bool:
-    """F' (F without its tapes, stacking each pushed value), or the one an earlier round
-    made (`existing`: its class and node); F's other outputs are unioned with F''s. Sets
-    `forward.rows`; False when F's body cannot be copied."""
+def _stack_forward(view, rule: str, forward: _Forward, outputs, existing) -> bool:
+    """F' (F without its tapes, stacking the values of the stored ones), or the one an
+    earlier round made (`existing`: its class and node); F's other outputs are unioned
+    with F''s. Sets `forward.rows`; False when F's body cannot be copied."""
     region, lo, hi, inits, results, attrs_class = forward.node.args
     n_state = len(inits)
     kept = [k for k in range(n_state) if k not in forward.pushed]
@@ -183,19 +297,20 @@ def _stack_forward(view, forward: _Forward, outputs, existing) -> bool:
     if existing is not None:
         loop_class = existing[0]
         forward.rows = {k: view.snapshot.index.get(ENode("Get", (loop_class, first_row + t)))
-                        or ENode("Get", (loop_class, first_row + t)) for t, k in enumerate(forward.pushed)}
+                        or ENode("Get", (loop_class, first_row + t)) for t, k in enumerate(forward.stored)}
         return True
     invariant = view.facts.invariant.get(region, set())
-    starts = [results[k] for k in kept] + ys + list(forward.pushed.values())
+    stacked = [forward.pushed[k] for k in forward.stored]
+    starts = [results[k] for k in kept] + ys + stacked
     walked = loop_body(view, region, starts, invariant)
     if walked is None or walked[1] & {1 + k for k in forward.pushed}:
         return False  # a kept or pushed value that reads a tape
     body, _ = walked
-    new_region = _new_region(view, region)
+    new_region = _new_region(view, rule, region, tuple(forward.stored))
     renumbered = {0: 0, **{1 + k: 1 + j for j, k in enumerate(kept)}}
-    record = _recorder(view)
+    record = copy_recorder(view)
     copies = copy_body(body, lambda index: ENode("Arg", (new_region, renumbered[index])), record)
-    new_results = tuple(copies.get(c, c) for c in [results[k] for k in kept] + ys + list(forward.pushed.values()))
+    new_results = tuple(copies.get(c, c) for c in starts)
     new_loop = record(forward.cid, ENode("For", (new_region, lo, hi, tuple(inits[k] for k in kept), new_results,
                                                 attrs_class)))
     gets = outputs.get(forward.cid, {})
@@ -205,41 +320,69 @@ def _stack_forward(view, forward: _Forward, outputs, existing) -> bool:
         elif k in kept:
             view.union(get, ENode("Get", (new_loop, kept.index(k))))
     forward.rows = {}
-    for t, (k, value) in enumerate(forward.pushed.items()):
+    for t, k in enumerate(forward.stored):
         # recorded here, for the pushed value's source line; a later use of the same
         # node object (a take of it, a union with it) gets this record back
         forward.rows[k] = ENode("Get", (new_loop, first_row + t))
-        record(value, forward.rows[k])
+        record(forward.pushed[k], forward.rows[k])
     return True
 
 
-def _read_rows(view, cid: ClassId, node: ENode, pops, forward: _Forward, outputs) -> bool:
-    """R' (R without its tapes, reading row i of F''s stacked values where R popped);
-    R's other outputs are unioned with R''s. A stacked output of R that is a popped value
-    is those rows themselves, unioned directly."""
-    region, lo, hi, inits, results, attrs_class = node.args
+@dataclasses.dataclass
+class _ReverseBody:
+    """What R's copy computes: R's kept state and stacked outputs (`starts`), the body
+    classes behind them, and R's stacked outputs that are popped stored values (`direct`:
+    output j -> the tape state whose rows it is)."""
+
+    kept: list[int]
+    kept_ys: list[int]
+    direct: dict[int, int]
+    starts: list[ClassId]
+    body: dict[ClassId, ENode]
+
+
+def _reverse_body(view, node: ENode, pops, forward: _Forward) -> _ReverseBody | None:
+    """R's body as its copy would compute it, or None when it cannot be copied (a control
+    node; a tape read other than through its one pop a trip)."""
+    region, _, _, inits, results, attrs_class = node.args
     n_state = len(inits)
     kept = [k for k in range(n_state) if k not in pops]
     ys = list(results[n_state:])
-    rows_of = {popped: forward.rows[k] for popped, k in pops.values() if popped is not None}
+    popped = {p: k for p, k in pops.values() if p is not None}
     same_trips = view.attrs(attrs_class).get("trip_dim") == view.attrs(forward.node.args[5]).get("trip_dim")
-    direct = {j: rows_of[y] for j, y in enumerate(ys) if y in rows_of and same_trips}
+    direct = {j: popped[y] for j, y in enumerate(ys) if y in popped and popped[y] in forward.stored and same_trips}
     kept_ys = [j for j in range(len(ys)) if j not in direct]
     starts = [results[k] for k in kept] + [ys[j] for j in kept_ys]
     invariant = view.facts.invariant.get(region, set())
-    walked = loop_body(view, region, starts, invariant, leaves=frozenset(rows_of))
+    walked = loop_body(view, region, starts, invariant, leaves=frozenset(popped))
     if walked is None or walked[1] & {1 + j for j in pops}:
-        return False  # the body reads a tape other than through its one pop a trip
-    body, _ = walked
-    new_region = _new_region(view, region)
+        return None
+    return _ReverseBody(kept, kept_ys, direct, starts, walked[0])
+
+
+def _read_rows(view, rule: str, cid: ClassId, node: ENode, pops, forward: _Forward, outputs,
+               walked: _ReverseBody) -> None:
+    """R' (R without its tapes: where R popped a stored residual it reads row i of F''s
+    stacked values, where it popped a recomputed one it recomputes it from such rows);
+    R's other outputs are unioned with R''s. A stacked output of R that is a popped
+    stored value is F''s rows themselves, unioned directly."""
+    region, lo, hi, inits, _, attrs_class = node.args
+    n_state = len(inits)
+    kept, kept_ys, starts, body = walked.kept, walked.kept_ys, walked.starts, walked.body
+    direct = {j: forward.rows[k] for j, k in walked.direct.items()}
+    recomputed = {popped: k for popped, k in pops.values() if popped is not None and k in forward.recomputed}
+    new_region = _new_region(view, rule, region)
     renumbered = {0: 0, **{1 + k: 1 + j for j, k in enumerate(kept)}}
     args = {index: ENode("Arg", (new_region, renumbered[index])) for index in renumbered}
-    record = _recorder(view)
+    record = copy_recorder(view)
     counter = view.snapshot.index.get(ENode("Arg", (region, 0)))
     if counter is not None:  # the counter keeps its name in the seeds (a body may not have read it before)
         record(counter, args[0])
     axis = attrs_node({"axis": 0}, view.encoding.constants)
-    seeded = {popped: ENode("Op2", ("take", axis, rows, args[0])) for popped, rows in rows_of.items()}
+    row_reads = {k: ENode("Op2", ("take", axis, rows, args[0])) for k, rows in forward.rows.items()}
+    seeded = {popped: row_reads[k] for popped, k in pops.values() if popped is not None and k in forward.rows}
+    for popped, k in recomputed.items():
+        seeded[popped] = _recompute(view, forward, k, row_reads, args[0], record)
     copies = copy_body(body, args.__getitem__, record, seeded)
     new_results = tuple(copies.get(c, c) for c in starts)
     new_loop = record(cid, ENode("For", (new_region, lo, hi, tuple(inits[k] for k in kept), new_results,
@@ -251,5 +394,15 @@ def _read_rows(view, cid: ClassId, node: ENode, pops, forward: _Forward, outputs
             view.union(get, ENode("Get", (new_loop, len(kept) + kept_ys.index(k - n_state))))
         elif k in kept:
             view.union(get, ENode("Get", (new_loop, kept.index(k))))
-    return True
 
+
+def _recompute(view, forward: _Forward, k: int, row_reads: dict, counter: ENode, record):
+    """Residual k rebuilt in the reverse loop's copy: its definition copied over the rows
+    of the stored residuals it reads and the copy's counter (the same trip: the same i)."""
+    body = dict(forward.recomputed[k])
+    stored_value = {forward.pushed[j]: j for j in forward.stored}
+    leaves = {c: row_reads[stored_value[c]] for node in body.values() if node.head != "Arg"
+              for c in node.args[2:] if c in stored_value and c not in body}
+    body.update({leaf: ENode("Arg", ()) for leaf in leaves})  # placeholders: seeded below
+    copies = copy_body(body, lambda index: counter, record, leaves)
+    return copies[forward.pushed[k]]

@@ -1,41 +1,53 @@
 """Copying a loop's body, for the loop transformers that build a whole alternative loop
 (rules/batching.py's `batch-weight-gradient`, rules/checkpoint.py's
-`stack-taped-residuals`).
+`stack-taped-residuals` and `recompute-taped-residuals`).
 
 A region's body is not a list of bindings in the e-graph: it is the classes that read,
 at any depth, an `Arg` of the loop (everything else is read from where it is, since a
 body refers directly to outer classes: egad/egraph/encoding.py). `loop_body` walks
-those classes from the values the new loop must compute, each through its earliest
-recorded node (the one the program was written with, or the first a rule made), and
-`copy_body` rebuilds them over the new loop's `Arg`s.
+those classes from the values the new loop must compute, each through its latest
+recorded node (the form the rules have made of it so far; the earliest, as written,
+where that would close a cycle), and `copy_body` rebuilds them over the new loop's
+`Arg`s.
 """
 from __future__ import annotations
 
 from egad.egraph.enode import ClassId, ENode, children, post_order
 from egad.egraph.placement import CONTROL_HEADS
 
+MAX_CYCLE_RETRIES = 8  # walks of a body, each copying as written the classes whose latest node closed a cycle
+
 
 def loop_body(view, region: int, starts, invariant, leaves=frozenset()):
-    """The classes the new loop recomputes: those whose earliest recorded node reads, at
-    any depth, an `Arg` of the loop; each with that node, and the loop's Args they read.
-    Everything else they read is read from where it is (classes are values: a forward
-    loop's ys, tape and all, is the same value in both loops). A class of `leaves` is
-    in the body but not walked: the caller gives its node (`copy_body`'s `seeded`).
-    None for a body the copy cannot hold: a control node or a tape allocation in it, an
-    Arg of a region nested in the loop, a class with no recorded node, a cycle."""
+    """The classes the new loop recomputes: those whose node reads, at any depth, an
+    `Arg` of the loop; each with that node, and the loop's Args they read. Each class is
+    copied through its latest recorded node (what the rules made of it: a copy made in a
+    late round starts fused and batched, not as the program was written), or its
+    earliest where the latest would close a cycle or is a control node. Everything else
+    they read is read from where it is (classes are values: a forward loop's ys, tape
+    and all, is the same value in both loops). A class of `leaves` is in the body but
+    not walked: the caller gives its node (`copy_body`'s `seeded`). None for a body the
+    copy cannot hold: a control node or a tape allocation in it, an Arg of a region
+    nested in the loop, a class with no recorded node, a cycle through earliest nodes."""
     snapshot, origins = view.snapshot, view.editor.origins
     outer = {0}
     parent = view.encoding.regions[region].parent
     while parent is not None:
         outer.add(parent)
         parent = view.encoding.regions[parent].parent
-    earliest: dict[ClassId, ENode | None] = {}
+    chosen: dict[ClassId, ENode | None] = {}
+    as_written: set[ClassId] = set()  # classes whose latest node closed a cycle: their earliest is copied
 
     def node_of(cid: ClassId) -> ENode | None:
-        if cid not in earliest:
-            recorded = [n for n in snapshot.nodes.get(cid, ()) if n in origins]
-            earliest[cid] = min(recorded, key=lambda n: origins[n].order) if recorded else None
-        return earliest[cid]
+        if cid not in chosen:
+            recorded = sorted((n for n in snapshot.nodes.get(cid, ()) if n in origins),
+                              key=lambda n: origins[n].order)
+            # an Arg of another loop is that loop's own name for the value (a rule found a state
+            # carried unchanged equal to its initial value): never how this loop's copy reads it
+            latest = [n for n in reversed(recorded) if n.head not in CONTROL_HEADS and n.head != "NewTape"
+                      and not (n.head == "Arg" and n.args[0] != region)]
+            chosen[cid] = (recorded[0] if cid in as_written or not latest else latest[0]) if recorded else None
+        return chosen[cid]
 
     def term_reads(cid: ClassId) -> list[ClassId]:
         node = node_of(cid)
@@ -43,8 +55,13 @@ def loop_body(view, region: int, starts, invariant, leaves=frozenset()):
             return []
         return [c for c in children(node) if c.sort == "Term"]
 
-    cycles: list[ClassId] = []
-    order = post_order(starts, term_reads, cycles.append)
+    for _ in range(MAX_CYCLE_RETRIES):
+        cycles: list[ClassId] = []
+        order = post_order(starts, term_reads, cycles.append)
+        if not cycles or set(cycles) <= as_written:
+            break
+        as_written.update(cycles)  # copy those as written, and walk again
+        chosen.clear()
     if cycles or any(node_of(cid) is None for cid in order if cid not in invariant and cid not in leaves):
         return None  # a cycle through the earliest nodes, or nothing recorded
     reading: dict[ClassId, bool] = {}  # class -> reads the loop's Args
@@ -78,25 +95,43 @@ def loop_body(view, region: int, starts, invariant, leaves=frozenset()):
                 continue
             if reading[child]:
                 stack.append(child)
-            elif node_of(child) is not None and node_of(child).head == "Arg" and node_of(child).args[0] not in outer:
+            elif node_of(child) is not None and node_of(child).head == "Arg" \
+                    and node_of(child).args[0] not in outer | {region}:  # (its own: a state carried unchanged)
                 return None  # an Arg of a region nested in the loop, outside its own region
     return body, reads
 
 
+def copy_recorder(view):
+    """`record(class, new node, copied node=None)` for `copy_body`: the new node is recorded
+    with the source line and names of the class it copies, and credited to the rule that
+    made the node it copies (a fused matmul copied into a new loop is still the fusion
+    rule's), or to the running transformer for an input node or a node of its own.
+    Returns the new node's stable form."""
+    origins = view.editor.origins
+
+    def record(cid: ClassId, node: ENode, copied: ENode | None = None):
+        origin = origins.get(copied) if copied is not None else None
+        site = origin.site if origin is not None and origin.site.name != "input" else view.site
+        return view.editor.record(node, site, like=cid)
+
+    return record
+
+
 def copy_body(body: dict[ClassId, ENode], arg, record, seeded=None) -> dict[ClassId, ENode]:
     """Each body class's node rebuilt over the copies of its inputs, `arg(i)` for `Arg(loop, i)`,
-    and `seeded[cid]` as it is for a class of `seeded` (loop_body's leaves); each passed to
+    and `seeded[cid]` for a class of `seeded` (loop_body's leaves; a node, or a stable form
+    recorded already); each new node passed to
     `record(class, copy)` in dependency order (no recursion: a body can be a long chain)."""
     seeded = seeded or {}
     copies: dict[ClassId, ENode] = {}
     for cid in post_order(body, lambda cid: [] if cid in seeded else [c for c in children(body[cid]) if c in body]):
         node = body[cid]
-        if cid in seeded:
-            copies[cid] = record(cid, seeded[cid])
+        if cid in seeded:  # a new node, or the stable form of one recorded already
+            copies[cid] = record(cid, seeded[cid]) if isinstance(seeded[cid], ENode) else seeded[cid]
         elif node.head == "Arg":
             copies[cid] = record(cid, arg(node.args[1]))
         else:
-            copies[cid] = record(cid, ENode(node.head, tuple(_substitute(field, copies) for field in node.args)))
+            copies[cid] = record(cid, ENode(node.head, tuple(_substitute(field, copies) for field in node.args)), node)
     return copies
 
 

@@ -102,6 +102,10 @@ class Rule:
     id: int  # its number in the marks it leaves
     rewrites: tuple = ()  # Rewrite / Derivation items
     transform: Callable | None = None  # a Python transformer instead
+    # a transformer that runs only once nothing else changes the e-graph (the schedule's
+    # second phase): one that copies whole loops for an alternative that costs more
+    # e-graph than it is likely to save waits until the other rules have settled
+    late: bool = False
 
     @property
     def egglog_rules(self) -> tuple:
@@ -139,12 +143,13 @@ class Family:
         """Register a rule made of `rewrite(...)`/`rule(...)` items, sited at the caller."""
         return self._add(Rule(name, self.name, why, RuleSite.here(name, depth=2), len(_RULES), tuple(items)))
 
-    def transformer(self, name: str, why: str):
-        """Decorator: register a Python transformer `fn(view) -> alternatives added`, sited at its def."""
+    def transformer(self, name: str, why: str, late: bool = False):
+        """Decorator: register a Python transformer `fn(view) -> alternatives added`, sited
+        at its def; `late`: run in the schedule's second phase only (Rule.late)."""
         def register(fn):
             code = fn.__code__
             self._add(Rule(name, self.name, why, RuleSite(name, code.co_filename, code.co_firstlineno),
-                           len(_RULES), (), fn))
+                           len(_RULES), (), fn, late))
             return fn
 
         return register

@@ -46,9 +46,9 @@ class RegionInfo:
     op: str  # "program" | "for" | "while" | "if" | "switch"
     names: tuple[str, ...]
     parent: int | None = None  # the region its control op is written in (None: the program itself)
-    # (rule name, region): a loop transformer's copy of that region (rules/checkpoint.py
-    # finds the stacked forward loop it made for a forward loop by this)
-    copied_from: tuple[str, int] | None = None
+    # (rule name, region, the rule's own record): a loop transformer's copy of that region
+    # (rules/checkpoint.py finds the forward loop's copy it made, and what it stores, by this)
+    copied_from: tuple[str, int, tuple] | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,7 +12,11 @@ Each round:
    family order, under one egglog `back_off` scheduler (a rule matching more than
    `match_limit` times in an iteration is banned for `ban_length` iterations, with
    both doubling on each ban, so an explosive rule cannot starve the rest);
-3. loop transformers: the families' Python transformers, on a fresh snapshot;
+3. loop transformers: the families' Python transformers, on a fresh snapshot; a
+   late one (`Rule.late`: rules/checkpoint.py's `recompute-taped-residuals`, which
+   copies whole loop pairs again) only in a round where nothing else changed the
+   e-graph, so that it copies bodies the other rules are done with; then rounds go on
+   (its copies are rewritten like any loop) until it too adds nothing;
 4. provenance: the marks the rules left are read back, so every new e-node records
    the rule that made it (egad/egraph/marks.py).
 
@@ -48,7 +52,7 @@ assert len(_MARK_RELATIONS) == len(MARK_TABLES)
 
 @dataclasses.dataclass(frozen=True)
 class Limits:
-    rounds: int = 8  # rounds of (analyses, rewrites, transformers)
+    rounds: int = 12  # rounds of (analyses, rewrites, transformers); late transformers need a few at the end
     nodes: int = 50_000  # e-nodes of the language (terms and attributes)
     seconds: float = 10.0  # wall-clock time of the whole saturation
     match_limit: int = 1_000  # back_off: matches of one rule in one iteration before it is banned
@@ -132,7 +136,8 @@ def saturate(encoding: Encoding, families=None, limits: Limits = Limits()) -> Sa
     selected = registry.default() if families is None else [
         f if isinstance(f, registry.Family) else registry.family_named(f) for f in families]
     rulesets = [f.ruleset for f in selected if f.ruleset is not None]
-    transformers = [r for f in selected for r in f.transformers]
+    transformers = [r for f in selected for r in f.transformers if not r.late]
+    late_transformers = [r for f in selected for r in f.transformers if r.late]
     sites = registry.sites()
     names = {r.id: r.name for r in registry.all_rules()}
     egraph = encoding.egraph
@@ -147,6 +152,7 @@ def saturate(encoding: Encoding, families=None, limits: Limits = Limits()) -> Sa
     snapshot = Snapshot.of(egraph)
     stopped_by, rounds = "rounds", 0
     analysed = None  # (snapshot, its facts): the transformers' analysis, reused when they changed nothing
+    late_done = False  # the late transformers ran on an e-graph that nothing changed since
     for rounds in range(1, limits.rounds + 1):
         editor = Editor(egraph, snapshot, encoding.provenance)
         facts = analysed[1] if analysed is not None and analysed[0] is snapshot else analyse(encoding, snapshot)
@@ -176,10 +182,16 @@ def saturate(encoding: Encoding, families=None, limits: Limits = Limits()) -> Sa
             editor = Editor(egraph, snapshot, encoding.provenance, encoding.bound)
 
         transformed = False
-        if transformers:
-            analysed = (snapshot, analyse(encoding, snapshot))
+        # late transformers (Rule.late) run in a round where nothing else changes
+        # anything (phase two), and again after every change until they add nothing
+        quiet = not written and not report.updated
+        for phase in (transformers, late_transformers if quiet and not late_done else []):
+            if not phase or transformed:
+                continue
+            analysed = analysed if analysed is not None and analysed[0] is snapshot else \
+                (snapshot, analyse(encoding, snapshot))
             view = TransformView(encoding, snapshot, analysed[1], editor)
-            for rule in transformers:
+            for rule in phase:
                 view.site, recorded, started = rule.site, len(encoding.provenance), time.perf_counter()
                 matches[rule.name] += rule.transform(view)
                 rule_seconds[rule.name] += time.perf_counter() - started
@@ -187,7 +199,12 @@ def saturate(encoding: Encoding, families=None, limits: Limits = Limits()) -> Sa
             if editor.flush():
                 before = _size(snapshot), len(snapshot.nodes)
                 snapshot = Snapshot.of(egraph)
+                editor = Editor(egraph, snapshot, encoding.provenance, encoding.bound)
                 transformed = (_size(snapshot), len(snapshot.nodes)) != before  # a union of equal classes is no change
+            if phase is late_transformers:
+                late_done = not transformed
+        if transformed:
+            late_done = False
 
         if not written and not report.updated and not transformed:
             stopped_by = "saturated"

@@ -1,14 +1,18 @@
-"""rules/checkpoint.py's loop transformer `stack-taped-residuals` (CONVENTIONS 4: judged
-by running the program before and after).
+"""rules/checkpoint.py's loop transformers `stack-taped-residuals` and
+`recompute-taped-residuals` (CONVENTIONS 4: judged by running the program before and
+after).
 
 A forward loop's tape pushes become stacked outputs and its reverse loop's pops rows of
-them. (a) The intended effect: the store alternative is in the e-graph for every taped
-residual, and the cost model takes it (no tape op is left in an RNN's or an LSTM's
-gradient); one stacked forward loop serves every reverse loop that pops its tapes; a
-residual the reverse loop only popped to stack again (the weight gradient's h_{t-1}) is
-read from the forward loop's rows. (b) Semantics on Hypothesis inputs (float64, 1e-12),
-through the rule-preferring test extractor: an RNN, a gate-by-gate LSTM, a scan run
-backwards, and loops where the rule must not fire.
+them (store); a residual that is a few elementwise ops of others is rebuilt by the
+reverse loop from their rows instead (recompute). (a) The intended effect: the store
+alternative is in the e-graph for every taped residual, and the cost model takes it (no
+tape op is left in an RNN's or an LSTM's gradient); one stacked forward loop serves
+every reverse loop that pops its tapes; a residual the reverse loop only popped to
+stack again (the weight gradient's h_{t-1}) is read from the forward loop's rows; an
+LSTM's h_t = o_t * tanh(c_t) is recomputed from the two rows, not stored; the
+recompute rule runs only once nothing else changes the e-graph. (b) Semantics on
+Hypothesis inputs (float64, 1e-12), through the rule-preferring test extractor: an
+RNN, a gate-by-gate LSTM, a scan run backwards, and loops the rules must leave.
 """
 from __future__ import annotations
 
@@ -23,7 +27,8 @@ from egad.egraph import Snapshot, decode, encode
 from egad.egraph.schedule import saturate
 from egad.extract import extract
 from egad.ir.program import walk_bindings
-from rules.checkpoint import STACK
+from egad.egraph.schedule import Limits
+from rules.checkpoint import RECOMPUTE, STACK
 from tests.egraph.test_batch_weight_gradient import RNN_SHAPES, lstm_gradient, producer, reverse_loop, rnn_gradient
 from tests.egraph.test_rules import RNN_SHAPES as CELL_SHAPES
 from tests.egraph.test_rules import (GATED_SHAPES, SCAN_SHAPES, SETTINGS, assert_same_results, check_family,
@@ -97,6 +102,41 @@ def test_an_lstm_gradients_loops_hold_no_tape_op_under_the_default_rules():
     assert_same_results(egad.interpret(program, *args), egad.interpret(gradient, *args))
 
 
+def test_an_lstms_h_t_is_recomputed_from_the_rows_of_o_t_and_tanh_c_t():
+    args = tuple(np.random.default_rng(2).normal(size=shape) for shape in GATED_SHAPES.values())
+    gradient = egad.value_and_grad(egad.trace(gated_cell, *args), wrt=tuple(range(11)))
+    pushes = ops(gradient).count("tape_push")
+    program, report, encoding = cost_extracted(gradient, ["checkpoint"])
+    assert report.fired()[RECOMPUTE] == 1 and report.limit_hit is None
+    chosen = copies(encoding)
+    assert not TAPE_OPS & set(ops(program))
+    forward, backward = forward_loop(program), reverse_loop(program)
+    stacked = len(forward.outputs) - forward.attrs["n_state"]
+    assert stacked == pushes - 1, (stacked, pushes)  # h_t is not stacked: o_t * tanh(c_t) again
+    body = backward.regions[0]
+    rows = {id(b.outputs[0]) for b in body.bindings if b.op == "take" and b.inputs[1] is body.params[0]}
+    assert any(b.op == "mul" and {id(v) for v in b.inputs} <= rows and b.inputs[0] is not b.inputs[1]
+               for b in body.bindings)  # a product of two rows read this trip
+    assert [encoding.regions[r].copied_from[2] for r in encoding.regions
+            if encoding.regions[r].copied_from is not None and encoding.regions[r].copied_from[0] == RECOMPUTE
+            and encoding.regions[r].copied_from[2]]  # the forward copy records what it stores
+    assert chosen  # the stacked copies exist too: both alternatives are in the e-graph
+    assert_same_results(egad.interpret(program, *args), egad.interpret(gradient, *args))
+
+
+def test_recomputing_waits_until_nothing_else_changes_the_egraph():
+    """A late transformer (Rule.late) runs in the schedule's second phase only: under a
+    round limit that stops the first phase, it never runs."""
+    args = tuple(np.random.default_rng(3).normal(size=shape) for shape in GATED_SHAPES.values())
+    gradient = egad.value_and_grad(egad.trace(gated_cell, *args), wrt=tuple(range(11)))
+    families = [f.name for f in rules.default()]
+    early = saturate(encode(gradient), families=families, limits=Limits(rounds=2))
+    assert early.fired().get(STACK, 0) >= 1 and RECOMPUTE not in early.fired()
+    full = saturate(encode(gradient), families=families)
+    assert full.stopped_by == "saturated" and full.fired().get(RECOMPUTE, 0) >= 1
+    assert full.rounds > early.rounds
+
+
 # --- (b) semantics -------------------------------------------------------------------------------------
 
 def rnn_sum_of_squares(U, W, xs, h0):
@@ -120,7 +160,7 @@ def test_gate_by_gate_lstm_gradient_keeps_results(args):
     program = optimized("stack-gated-gradient", lambda: egad.value_and_grad(egad.trace(gated_cell, *args),
                                                                             wrt=tuple(range(11))),
                         ["batching", "fusion", "checkpoint"])
-    check_family(program, args, {STACK})
+    check_family(program, args, {STACK, RECOMPUTE})
     assert not TAPE_OPS & set(ops(program.program))
 
 
