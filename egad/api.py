@@ -221,7 +221,9 @@ def _within_budget(optimization, original: Program, plan):
 
     if plan is None or plan.budget is None or optimization.program is original:
         return optimization
-    extra = checkpoint.held_bytes(optimization.program) - checkpoint.held_bytes(original)
+    # tapes the optimized program stacks instead (rules/checkpoint.py) are not extra: both sides count them
+    extra = checkpoint.held_bytes(optimization.program) + checkpoint.taped_bytes(optimization.program) \
+        - checkpoint.held_bytes(original) - checkpoint.taped_bytes(original)
     if extra <= 0 or plan.planned_bytes + extra <= plan.budget:
         return optimization
     return dataclasses.replace(optimization, program=original, fallback=(

@@ -430,6 +430,19 @@ def _nbytes(t) -> int:
     return nbytes(concrete(t, lambda d: d if isinstance(d, int) else 1))
 
 
+def taped_bytes(program: Program) -> int:
+    """Bytes the `for` loops push on tapes, from their static trip counts: each loop's
+    pushes per trip times its trips (a nested loop counted once, as `held_bytes` counts
+    its stacked outputs). The other half of what a program holds: rules/checkpoint.py
+    turns tapes into stacked outputs of the same size, which `held_bytes` counts."""
+    total = 0
+    for loop in walk_bindings(program.region):
+        trips = _trips(loop) if loop.op == "for" else None
+        if trips is not None:
+            total += trips * sum(_nbytes(b.inputs[1].type) for b in loop.regions[0].bindings if b.op == "tape_push")
+    return total
+
+
 def _ys_bytes(loop) -> int:
     """Bytes of a `for` binding's stacked per-trip outputs."""
     return _nbytes_all(loop.outputs[loop.attrs["n_state"]:])

@@ -13,6 +13,7 @@ import egad
 import egad.numpy as enp
 from egad.ad import checkpoint
 from egad.errors import ArgumentError, EgadError
+from egad.ir.program import walk_bindings
 
 from .gradcheck import assert_gradients_match
 
@@ -388,3 +389,27 @@ def test_an_optimization_that_stacks_past_the_budget_falls_back_to_the_checkpoin
     np.testing.assert_allclose(value, want_value, rtol=1e-5)
     for got, want in zip(grads, want_grads):  # float32, summed in another order over 32 steps
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
+
+
+def test_residuals_stacked_instead_of_taped_are_not_counted_as_extra_memory():
+    """rules/checkpoint.py's stack-taped-residuals turns each tape into stacked rows of
+    the same size: a memory budget's check (egad/api.py, `_within_budget`) adds the
+    tapes (`taped_bytes`) to what a program holds, so the rows are not counted twice."""
+    from egad.egraph import Snapshot, decode, encode
+    from egad.egraph.schedule import saturate
+    from egad.extract import extract
+
+    args = arguments()
+    gradient = egad.value_and_grad(egad.trace(rnn_loss, *args), wrt=(0, 1))
+    encoding = encode(gradient)
+    saturate(encoding, families=["checkpoint"])
+    snapshot = Snapshot.of(encoding.egraph)
+    stacked = decode(encoding, snapshot, extract(encoding, snapshot))
+    assert "tape_push" not in [b.op for b in walk_bindings(stacked.region)] and checkpoint.taped_bytes(stacked) == 0
+    pushed = [b for loop in gradient.region.bindings if loop.op == "for" for b in loop.regions[0].bindings
+              if b.op == "tape_push"]
+    taped = checkpoint.taped_bytes(gradient)
+    assert taped == T * sum(b.inputs[1].type.size() * 8 for b in pushed) > 0  # float64 rows
+    held_more = checkpoint.held_bytes(stacked) - checkpoint.held_bytes(gradient)
+    assert held_more >= taped  # the rows, and what else the extraction holds at the top level
+    assert held_more - taped < taped / 4  # counted with the tapes, the rows are not extra
