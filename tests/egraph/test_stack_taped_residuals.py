@@ -24,11 +24,12 @@ import egad
 import egad.numpy as enp
 from egad import rules
 from egad.egraph import Snapshot, decode, encode
-from egad.egraph.schedule import saturate
-from egad.extract import extract
+from egad.egraph.enode import ENode
+from egad.egraph.extraction import Extraction
+from egad.egraph.schedule import Limits, saturate
+from egad.extract import _alternative_loops_taken, extract
 from egad.ir.program import walk_bindings
-from egad.egraph.schedule import Limits
-from rules.checkpoint import RECOMPUTE, STACK
+from egad.rules.checkpoint import RECOMPUTE, STACK
 from tests.egraph.test_batch_weight_gradient import RNN_SHAPES, lstm_gradient, producer, reverse_loop, rnn_gradient
 from tests.egraph.test_rules import RNN_SHAPES as CELL_SHAPES
 from tests.egraph.test_rules import (GATED_SHAPES, SCAN_SHAPES, SETTINGS, assert_same_results, check_family,
@@ -209,3 +210,29 @@ def test_loops_the_rule_does_not_fit_are_left_as_they_are(args):
         assert STACK not in program.report.fired(), name
         assert "tape_push" in ops(program.program)
         assert_same_results(egad.interpret(program.program, *args), egad.interpret(program.original, *args), name)
+
+
+def test_an_extraction_takes_each_loops_outputs_from_one_of_its_alternatives():
+    """A reverse loop and its copies (batch-weight-gradient's, this family's) pop no tape
+    the others pop once they read stacked rows, so nothing but the extractor keeps it
+    from taking one output from each and running both: `_alternative_loops_taken`
+    finds such a pair, and `extract` resolves it like a tape read twice."""
+    args = tuple(np.random.default_rng(4).normal(size=shape) for shape in RNN_SHAPES.values())
+    gradient = rnn_gradient(args)
+    encoding = encode(gradient)
+    saturate(encoding, families=["batching", "checkpoint"])
+    snapshot = Snapshot.of(encoding.egraph)
+    extraction = extract(encoding, snapshot)
+    assert _alternative_loops_taken(snapshot, extraction) is None
+    loops = {cid: node for cid, node in extraction.choice.items() if node.head == "For"}
+    outputs = {cid: {snapshot.index.get(ENode("Get", (cid, k))) for k in range(len(node.args[4]))} - {None}
+               for cid, node in loops.items()}
+    alternatives = [(cid, other, node) for cid in loops for other, members in snapshot.nodes.items()
+                    for node in members if node.head == "For" and other not in loops
+                    and outputs[cid] & {snapshot.index.get(ENode("Get", (other, k))) for k in range(len(node.args[4]))}]
+    assert alternatives, "no alternative loop in the e-graph"
+    chosen, other, node = alternatives[0]
+    both = Extraction(extraction.roots, {**extraction.choice, other: node})
+    assert set(map(id, _alternative_loops_taken(snapshot, both))) == {id(loops[chosen]), id(node)}
+    assert_same_results(egad.interpret(decode(encoding, snapshot, extraction), *args),
+                        egad.interpret(gradient, *args))
