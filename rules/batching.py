@@ -51,14 +51,13 @@ from egglog import i64, var, vars_
 
 from egad.egraph.analysis import invariant_in, rank_of
 from egad.egraph.attrs import NO_ATTRS, attrs_node
-from egad.egraph.encoding import RegionInfo
 from egad.egraph.enode import ClassId, ENode
 from egad.egraph.language import Term, op
 from egad.errors import EgadError
 from egad.ir import ops
 from egad.ir.types import TensorType
 
-from .loop_body import copy_body, copy_recorder, loop_body
+from .loop_body import copy_body, copy_recorder, copy_region, loop_body
 from .patterns import int_constant
 from .registry import family, rewrite
 
@@ -177,10 +176,7 @@ def _batch(view, loop: ENode, gets: dict[int, ClassId]) -> bool:
     if not plans:
         return False
 
-    encoding = view.encoding
-    new_region = max(encoding.regions) + 1
-    info = encoding.regions[region]
-    encoding.regions[new_region] = RegionInfo(info.op, info.names, info.parent)
+    new_region = copy_region(view, region)
     renumbered = {0: 0, **{1 + k: 1 + j for j, k in enumerate(kept)}}
 
     record = copy_recorder(view)

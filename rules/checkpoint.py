@@ -36,9 +36,8 @@ tapes (`batch-weight-gradient` makes a second one); both copies' regions record 
 they copy (`RegionInfo.copied_from`), so a later round finds them.
 
 Memory: storing keeps every residual (rows or tape, the same bytes); recomputing holds
-fewer. `_within_budget` (egad/api.py) counts stacked rows as bytes a memory budget did
-not plan for (it planned tapes), so under a tight `memory_budget` an extraction that
-stacks may be refused for the checkpointed program as AD wrote it. The
+fewer. A memory budget's check (`_within_budget`, egad/api.py) counts tapes and stacked
+rows alike (egad/ad/checkpoint.py: `taped_bytes` beside `held_bytes`). The
 `GradLoop` policies that hold fewer are written today outside the e-graph:
 `egad.optimize(..., memory_budget=bytes)` plans one policy per top-level `for` loop
 with a static trip count and per top-level `while` loop (egad/ad/checkpoint.py:
@@ -58,12 +57,11 @@ from __future__ import annotations
 import dataclasses
 
 from egad.egraph.attrs import attrs_node
-from egad.egraph.encoding import RegionInfo
 from egad.egraph.enode import ClassId, ENode
 from egad.ir import ops
 from egad.ir.types import TapeType
 
-from .loop_body import copy_body, copy_recorder, loop_body
+from .loop_body import copy_body, copy_recorder, copy_region, loop_body
 from .patterns import int_constant
 from .registry import family
 
@@ -158,9 +156,6 @@ def _recompute_plan(view, forward: _Forward):
     (an LSTM's h_t = o_t * tanh(c_t), both taped). From the last pushed value back, each
     is recomputed when its definition reads only residuals still stored, and one another
     definition reads stays stored. (None, None) when nothing can be recomputed."""
-    region = forward.node.args[0]
-    invariant = view.facts.invariant.get(region, set())
-    counter = view.snapshot.index.get(ENode("Arg", (region, 0)))
     pushers: dict[ClassId, list[int]] = {}
     for k, value in forward.pushed.items():
         pushers.setdefault(value, []).append(k)
@@ -170,7 +165,7 @@ def _recompute_plan(view, forward: _Forward):
         if value in needed or len(pushers[value]) > 1:
             continue
         leaves = {forward.pushed[j] for j in stored if j != k}
-        definition = _definition(view, region, value, leaves, invariant, counter)
+        definition = _definition(view, forward, value, leaves)
         if definition is not None:
             body, read = definition
             recomputed[k] = body
@@ -184,23 +179,23 @@ def _recompute_plan(view, forward: _Forward):
 def _replan(view, forward: _Forward, stored: list[int]):
     """(stored, {tape: definition}) for a forward loop whose copy stores `stored`, or
     (None, None) when a residual it does not store can no longer be defined from them."""
-    region = forward.node.args[0]
-    invariant = view.facts.invariant.get(region, set())
-    counter = view.snapshot.index.get(ENode("Arg", (region, 0)))
     leaves = {forward.pushed[j] for j in stored}
     recomputed = {}
     for k in sorted(set(forward.pushed) - set(stored)):
-        definition = _definition(view, region, forward.pushed[k], leaves, invariant, counter)
+        definition = _definition(view, forward, forward.pushed[k], leaves)
         if definition is None:
             return None, None
         recomputed[k] = definition[0]
     return stored, recomputed
 
 
-def _definition(view, region: int, value: ClassId, leaves: set, invariant, counter):
+def _definition(view, forward: _Forward, value: ClassId, leaves: set):
     """(the classes to copy, each with its earliest recorded node; the leaves it reads)
     when `value` is at most `MAX_RECOMPUTED_OPS` elementwise ops of `leaves`, invariants
-    and the loop's counter; else None."""
+    of the forward loop and its counter; else None."""
+    region = forward.node.args[0]
+    invariant = view.facts.invariant.get(region, set())
+    counter = view.snapshot.index.get(ENode("Arg", (region, 0)))
     origins = view.editor.origins
     body: dict[ClassId, ENode] = {}
     read: set[ClassId] = set()
@@ -277,14 +272,6 @@ def _pops(view, node: ENode, forwards):
     return forward, pops
 
 
-def _new_region(view, rule: str, region: int, stored: tuple = ()) -> int:
-    encoding = view.encoding
-    new_region = max(encoding.regions) + 1
-    info = encoding.regions[region]
-    encoding.regions[new_region] = RegionInfo(info.op, info.names, info.parent, copied_from=(rule, region, stored))
-    return new_region
-
-
 def _stack_forward(view, rule: str, forward: _Forward, outputs, existing) -> bool:
     """F' (F without its tapes, stacking the values of the stored ones), or the one an
     earlier round made (`existing`: its class and node); F's other outputs are unioned
@@ -306,7 +293,7 @@ def _stack_forward(view, rule: str, forward: _Forward, outputs, existing) -> boo
     if walked is None or walked[1] & {1 + k for k in forward.pushed}:
         return False  # a kept or pushed value that reads a tape
     body, _ = walked
-    new_region = _new_region(view, rule, region, tuple(forward.stored))
+    new_region = copy_region(view, region, (rule, region, tuple(forward.stored)))
     renumbered = {0: 0, **{1 + k: 1 + j for j, k in enumerate(kept)}}
     record = copy_recorder(view)
     copies = copy_body(body, lambda index: ENode("Arg", (new_region, renumbered[index])), record)
@@ -371,7 +358,7 @@ def _read_rows(view, rule: str, cid: ClassId, node: ENode, pops, forward: _Forwa
     kept, kept_ys, starts, body = walked.kept, walked.kept_ys, walked.starts, walked.body
     direct = {j: forward.rows[k] for j, k in walked.direct.items()}
     recomputed = {popped: k for popped, k in pops.values() if popped is not None and k in forward.recomputed}
-    new_region = _new_region(view, rule, region)
+    new_region = copy_region(view, region, (rule, region, ()))
     renumbered = {0: 0, **{1 + k: 1 + j for j, k in enumerate(kept)}}
     args = {index: ENode("Arg", (new_region, renumbered[index])) for index in renumbered}
     record = copy_recorder(view)

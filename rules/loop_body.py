@@ -12,6 +12,7 @@ where that would close a cycle), and `copy_body` rebuilds them over the new loop
 """
 from __future__ import annotations
 
+from egad.egraph.encoding import RegionInfo
 from egad.egraph.enode import ClassId, ENode, children, post_order
 from egad.egraph.placement import CONTROL_HEADS
 
@@ -101,6 +102,16 @@ def loop_body(view, region: int, starts, invariant, leaves=frozenset()):
     return body, reads
 
 
+def copy_region(view, region: int, copied_from: tuple | None = None) -> int:
+    """A fresh region id for a copy of `region`, with its op, names and parent
+    (`copied_from`: what the copying rule records, RegionInfo.copied_from)."""
+    regions = view.encoding.regions
+    copy = max(regions) + 1
+    info = regions[region]
+    regions[copy] = RegionInfo(info.op, info.names, info.parent, copied_from)
+    return copy
+
+
 def copy_recorder(view):
     """`record(class, new node, copied node=None)` for `copy_body`: the new node is recorded
     with the source line and names of the class it copies, and credited to the rule that
@@ -120,8 +131,8 @@ def copy_recorder(view):
 def copy_body(body: dict[ClassId, ENode], arg, record, seeded=None) -> dict[ClassId, ENode]:
     """Each body class's node rebuilt over the copies of its inputs, `arg(i)` for `Arg(loop, i)`,
     and `seeded[cid]` for a class of `seeded` (loop_body's leaves; a node, or a stable form
-    recorded already); each new node passed to
-    `record(class, copy)` in dependency order (no recursion: a body can be a long chain)."""
+    recorded already); each new node passed to `record(class, copy, copied node)`
+    (`copy_recorder`) in dependency order (no recursion: a body can be a long chain)."""
     seeded = seeded or {}
     copies: dict[ClassId, ENode] = {}
     for cid in post_order(body, lambda cid: [] if cid in seeded else [c for c in children(body[cid]) if c in body]):
