@@ -34,9 +34,15 @@ def _in_range(bb, index, size):
 
 @lowers("take")
 def _take(bb, args, attrs, binding):
-    x_type = binding.inputs[0].type
-    index = bb.emit(_in_range(bb, args[1], axis_size(bb, args[0], x_type, attrs["axis"])))
-    return R.take(args[0], index, axis=attrs["axis"], mode="clip")
+    x, index = binding.inputs[:2]
+    axis = attrs["axis"]
+    size = x.type.shape[axis]
+    # one index into equal sizes is wrapped once per function (a reverse loop reads
+    # several stacked tables at its counter)
+    key = (index.uid, size if isinstance(size, int) else (x.uid, axis))
+    if key not in FunctionScope.indices:
+        FunctionScope.indices[key] = bb.emit(_in_range(bb, args[1], axis_size(bb, args[0], x.type, axis)))
+    return R.take(args[0], FunctionScope.indices[key], axis=axis, mode="clip")
 
 
 @lowers("index_add")

@@ -66,6 +66,7 @@ class Lowering:
             name = f"{region.name}_{self.counter}"
         symbols: dict[str, tir.Var] = {}
         self.symbols = FunctionScope.symbols = symbols
+        FunctionScope.indices = {}
         invoke = relax.Var("invoke", relax.ObjectType())
         params = [relax.Var(p.hint.replace(".", "_") or f"p{k}", relax_type(p.type, symbols))
                   for k, p in enumerate(region.params)]

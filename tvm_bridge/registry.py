@@ -25,10 +25,13 @@ class FunctionScope:
     symbolic shape reuses the function's own variable; and the program's known
     constants (IR var uid -> numpy value, tvm_bridge/lower.py `known_constants`), so a
     lowering can specialize on a constant operand even where decoding hoisted its
-    `const` out of the loop that reads it."""
+    `const` out of the loop that reads it; and the indices wrapped and clamped so far
+    (tvm_bridge/index.py), so takes at one index (a loop body's rows at its counter)
+    share one small kernel."""
 
     symbols: dict = {}
     constants: dict = {}
+    indices: dict = {}
 
 
 def symbol_var(symbols: dict, name: str):
