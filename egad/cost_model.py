@@ -63,9 +63,10 @@ class Target:
     dispatch_seconds: float  # host cost of one kernel call through the Relax VM
     latency_seconds: float  # shortest time of a kernel on a dependent chain
     tape_byte_seconds: float  # price of one byte held on a tape (memory pressure)
-    # host time of one tape push or pop beyond its copy (egad's runtime keeps tapes on the
-    # host, in Python: tvm_bridge/runtime.py), per value
-    tape_value_seconds: float = 0.0
+    # time of one tape push beyond its dispatch and its bytes (egad's runtime keeps tapes
+    # in host slabs, in Python: tvm_bridge/runtime.py), per value; a pop hands out a view
+    # of its row and costs about what a row read (`take`) does
+    tape_push_seconds: float = 0.0
     # A matmul of m output rows runs at flops_per_second * m / (m + matmul_half_rows):
     # a register tile spans a few rows and the threads split the rows, so a short
     # matmul (an RNN step's 32 rows) wastes part of both. This is what makes batching
@@ -80,11 +81,11 @@ TARGETS = {
     # rows), 57-88 GB/s elementwise and 2.2-4.7 us per small parallel kernel in a loop
     # body (DESIGN §6: 2-4 us per VM call); latency is the pool's fork/join around a
     # parallel kernel.
-    # A tape push or pop: 10-12 us of host time per value beyond its copy (2026-12-03,
-    # benchmarks/calibrate.py, 32x256 float32 values), against ~3 us for a stacked row.
+    # A tape push: 15-19 us a 32x256 float32 value (2026-12-03, benchmarks/calibrate.py),
+    # 10-15 us more than its dispatch and bytes are priced; a loop's stacked row takes ~6.
     "cpu": Target("cpu", flops_per_second=105e9, bytes_per_second=50e9, dispatch_seconds=3e-6,
                   latency_seconds=1e-6, tape_byte_seconds=1 / 50e9, matmul_half_rows=8.0,
-                  tape_value_seconds=10e-6),
+                  tape_push_seconds=10e-6),
     # one datacenter GPU (H100/H200 class, fp32 without tensor cores): launch ~4 us of
     # host time; a dependent kernel waits ~3 us for its predecessor to drain. Short
     # matmuls are priced by the latency term, not by matmul_half_rows (not measured).
@@ -116,16 +117,16 @@ class Work:
     kernels: int = 1  # dispatches: 0 for ops that lower to no call (a static dim, an identity)
     tape_bytes: float = 0.0  # bytes this op leaves on a tape
     rows: float | None = None  # a matmul's output rows (its rate depends on them), else None
-    tape_values: int = 0  # values pushed on or popped off a tape
+    tape_pushes: int = 0  # values pushed on a tape
 
     def seconds(self, target: Target) -> float:
         """Time at full throughput (roofline); a matmul's flop rate falls with its rows;
-        plus the host time of its tape pushes and pops."""
+        plus the host time of its tape pushes."""
         rate = target.flops_per_second
         if self.rows is not None and target.matmul_half_rows:
             rate *= self.rows / (self.rows + target.matmul_half_rows)
         return max(self.flops / rate, self.bytes / target.bytes_per_second) \
-            + self.tape_values * target.tape_value_seconds
+            + self.tape_pushes * target.tape_push_seconds
 
 
 def loop_time(trips: float, recurrence: float, work: float, kernels: float,
@@ -270,12 +271,12 @@ def _tape_alloc_cost(inputs, outputs, attrs) -> Work:
 
 def _tape_push_cost(inputs, outputs, attrs) -> Work:
     value = inputs[1]
-    return Work(0.0, 2 * nbytes(value), tape_bytes=nbytes(value), tape_values=1)
+    return Work(0.0, 2 * nbytes(value), tape_bytes=nbytes(value), tape_pushes=1)
 
 
 def _tape_pop_cost(inputs, outputs, attrs) -> Work:
     elem = inputs[0].elem if isinstance(inputs[0], TapeType) else outputs[0]
-    return Work(0.0, 2 * nbytes(elem), tape_values=1)
+    return Work(0.0, 2 * nbytes(elem))
 
 
 # transcendental functions cost about ten flops an element on either target
