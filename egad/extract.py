@@ -34,7 +34,10 @@ after extraction: extract again with each of those nodes banned in turn, keep th
 cheaper (at most `MAX_TAPE_CONFLICTS` times; no extraction without such a read is an
 error). Copies that read stacked rows instead of tapes (rules/checkpoint.py) pop
 nothing, so two chosen loops with an output in one class (alternatives of one loop:
-both would run) are resolved the same way.
+both would run) are resolved the same way. Classes are chosen one by one, so a copy's
+forward loop, cheaper alone, can bind the reverse loop to its dearer copy: for each
+loop transformer whose copies are taken, the extraction without any of its loops is
+tried too (`_copied_loops_taken`).
 
 Shared alternatives. Choices are priced class by class, so a value several classes
 could share (one fused matmul whose slices would replace four: rules/fusion.py) is
@@ -117,6 +120,14 @@ def extract(encoding: Encoding, snapshot: Snapshot, model: CostModel | None = No
     model = model or CostModel()
     extractor, extraction, banned = _linear_in_tapes(_Extractor(encoding, snapshot, model), frozenset())
     best = extractor.program_cost(extraction.roots).total
+    for group in _copied_loops_taken(encoding, snapshot, extraction):
+        try:
+            option, chosen, option_banned = _linear_in_tapes(extractor.without(banned | group), banned | group)
+        except EgadError:
+            continue
+        cost = option.program_cost(chosen.roots).total
+        if cost < best:
+            best, extractor, extraction, banned = cost, option, chosen, option_banned
     for group in _shared_alternatives(extractor, extraction)[:MAX_SHARING_TRIES]:
         try:
             option, chosen, option_banned = _linear_in_tapes(
@@ -159,6 +170,21 @@ def _shared_alternatives(extractor, extraction: Extraction) -> list[frozenset]:
                         if not (_is_slice(node) and node_inputs(node) == [child]))
               for child, classes in readers.items() if len(classes) > 1}
     return sorted(groups, key=lambda group: (-len(group), sorted(map(str, group))))
+
+
+def _copied_loops_taken(encoding: Encoding, snapshot: Snapshot, extraction: Extraction) -> list[frozenset]:
+    """For each loop transformer whose copies the extraction takes (a region's
+    `copied_from`, rules/checkpoint.py), every loop node that transformer made: banned
+    as a group, the extraction without them is tried too. Classes are chosen one by
+    one, so a copy's forward loop, cheaper alone (it stacks fewer rows), can be taken
+    and bind the reverse loop to its copy, dearer than the pair it displaced."""
+    def rule_of(node: ENode):
+        info = encoding.regions.get(node.args[0]) if node.head in LOOP_HEADS else None
+        return info.copied_from[0] if info is not None and info.copied_from is not None else None
+
+    taken = {rule_of(node) for node in extraction.choice.values()} - {None}
+    return [frozenset(node for members in snapshot.nodes.values() for node in members if rule_of(node) == rule)
+            for rule in sorted(taken)]
 
 
 def _is_slice(node: ENode) -> bool:

@@ -20,6 +20,14 @@ against each other and against the other families' rewrites:
                             reads, at the same counter. Fewer bytes held and written
                             per trip, for a few elementwise ops. A late rule (Rule.late):
                             it runs once the other rules have settled.
+    checkpoint-carried-states
+                            checkpoint every trip: the forward loop stacks its carried
+                            state as it enters each trip (S bytes a trip) and nothing
+                            else; the reverse loop recomputes every residual of the trip
+                            from that row, the invariants and the counter (the step's
+                            ops, matmuls included). S bytes held a trip instead of R,
+                            for one more forward step a trip. Made only where S < R; a
+                            late rule too.
 
 Assumes (both rules): a forward `for` loop F from the constant 0 with its
 `trip_dim` set, every tape state of which starts as `NewTape` and gains exactly one
@@ -36,7 +44,7 @@ tapes (`batch-weight-gradient` makes a second one); both copies' regions record 
 they copy (`RegionInfo.copied_from`), so a later round finds them.
 
 Memory: storing keeps every residual (rows or tape, the same bytes); recomputing holds
-fewer. A memory budget's check (`_within_budget`, egad/api.py) counts tapes and stacked
+fewer, and checkpointing the state fewest (T x S). A memory budget's check (`_within_budget`, egad/api.py) counts tapes and stacked
 rows alike (egad/ad/checkpoint.py: `taped_bytes` beside `held_bytes`). The
 `GradLoop` policies that hold fewer are written today outside the e-graph:
 `egad.optimize(..., memory_budget=bytes)` plans one policy per top-level `for` loop
@@ -47,29 +55,34 @@ trips it runs on the example inputs) and differentiates the segmented program, w
 adjoint recomputes each segment's residuals from its checkpointed state; the e-graph
 then optimizes that gradient.
 
-Still to do, and why it would live here: those policies as whole-loop alternatives in
-the e-graph, so that the cost model weighs recomputation against the other rewrites;
-binomial Revolve(s) when the trip count is known before the loop, and online
+The extractor prices time, not memory, so it takes `checkpoint-carried-states` only
+where recomputing a step costs less than reading its rows back; it is there for a
+memory-aware choice. Still to do, and why it would live here: every-k (k > 1) and
+Revolve as whole-loop alternatives, and the extractor choosing among them under
+`memory_budget` (today the budget's policy is planned before the e-graph); online
 (Stumm-Walther) policies that bound a `while` loop's checkpoints for any T.
 """
 from __future__ import annotations
 
 import dataclasses
 
+from egad.cost_model import nbytes
 from egad.egraph.attrs import attrs_node
-from egad.egraph.enode import ClassId, ENode
+from egad.egraph.enode import ClassId, ENode, children
 from egad.ir import ops
-from egad.ir.types import TapeType
+from egad.ir.types import TapeType, TensorType
 
 from .loop_body import copy_body, copy_recorder, copy_region, loop_body
 from .patterns import int_constant
 from .registry import family
 
-CHECKPOINT = family("checkpoint", __doc__, todo="every-k, Revolve and online policies as e-graph alternatives "
-                    "(every-k, for and while, runs outside the e-graph: egad/ad/checkpoint.py, memory_budget=)")
+CHECKPOINT = family("checkpoint", __doc__, todo="every-k (k > 1), Revolve and online policies as e-graph "
+                    "alternatives, chosen under memory_budget by the extractor (every-k, for and while, is planned "
+                    "outside the e-graph: egad/ad/checkpoint.py)")
 
 STACK = "stack-taped-residuals"
 RECOMPUTE = "recompute-taped-residuals"
+STATES = "checkpoint-carried-states"
 
 
 @dataclasses.dataclass
@@ -90,7 +103,7 @@ class _Forward:
                                "of them: the same bytes, a stacked put instead of a push, and residuals that "
                                "batching reads as rows of an invariant")
 def stack_taped_residuals(view) -> int:
-    return _transform(view, STACK, lambda forward: (sorted(forward.pushed), {}))
+    return _transform(view, STACK, lambda forward, stored: (sorted(forward.pushed), {}))
 
 
 # late: a second copy of every loop pair, for a put or two a trip; on GNMT-lite, made
@@ -99,7 +112,17 @@ def stack_taped_residuals(view) -> int:
                                    "reverse loop from their rows: fewer bytes stacked and written each trip",
                         late=True)
 def recompute_taped_residuals(view) -> int:
-    return _transform(view, RECOMPUTE, lambda forward: _recompute_plan(view, forward))
+    return _transform(view, RECOMPUTE, lambda forward, stored: _recompute_plan(view, forward) if stored is None
+                      else _replan(view, forward, stored))
+
+
+# late, like recompute: a third copy of every loop pair, which the cost model takes only
+# where recomputing a step costs less than the rows it saves
+@CHECKPOINT.transformer(STATES, "a forward loop stacks its carried state at the top of each trip and its reverse "
+                                "loop recomputes the trip's residuals from that row: S bytes held a trip instead "
+                                "of R, for one more forward step a trip", late=True)
+def checkpoint_carried_states(view) -> int:
+    return _transform(view, STATES, lambda forward, stored: _states_plan(view, forward, stored))
 
 
 def _transform(view, rule: str, plan) -> int:
@@ -132,8 +155,7 @@ def _transform(view, rule: str, plan) -> int:
         existing = copied.get(forward.node.args[0])
         if forward.stored is None:
             # a copy made in an earlier round fixes what is stored: its rows are laid out so
-            forward.stored, forward.recomputed = plan(forward) if existing is None else \
-                _replan(view, forward, list(existing[1]))
+            forward.stored, forward.recomputed = plan(forward, None if existing is None else list(existing[1]))
         if forward.stored is None:
             continue  # nothing to recompute, or no longer recomputable as the copy was planned
         walked = _reverse_body(view, node, pops, forward)
@@ -176,23 +198,60 @@ def _recompute_plan(view, forward: _Forward):
     return sorted(stored), recomputed
 
 
-def _replan(view, forward: _Forward, stored: list[int]):
+def _replan(view, forward: _Forward, stored: list[int], any_op: bool = False):
     """(stored, {tape: definition}) for a forward loop whose copy stores `stored`, or
     (None, None) when a residual it does not store can no longer be defined from them."""
     leaves = {forward.pushed[j] for j in stored}
     recomputed = {}
     for k in sorted(set(forward.pushed) - set(stored)):
-        definition = _definition(view, forward, forward.pushed[k], leaves)
+        definition = _definition(view, forward, forward.pushed[k], leaves, any_op)
         if definition is None:
             return None, None
         recomputed[k] = definition[0]
     return stored, recomputed
 
 
-def _definition(view, forward: _Forward, value: ClassId, leaves: set):
+def _states_plan(view, forward: _Forward, stored: list[int] | None):
+    """(what the copy stores, {tape: definition}): every carried state at the top of the
+    trip, and every residual defined from those rows, the loop's invariants and counter.
+    A state is keyed `n_state + j` in `forward.pushed` (its `Arg`), unless a tape pushes
+    that very `Arg` (an RNN's h_{t-1}): that tape is stored. (None, None) when a residual
+    reads a tape or a loop, or when the states are no fewer bytes than the residuals."""
+    region, _, _, inits, _, _ = forward.node.args
+    n_state, tapes = len(inits), sorted(forward.pushed)
+    keys = []
+    for j in range(n_state):
+        arg = view.snapshot.index.get(ENode("Arg", (region, 1 + j)))
+        if j in forward.pushed or arg is None:
+            continue  # a tape, or a state the body never reads
+        direct = [k for k in tapes if forward.pushed[k] == arg]
+        if not direct:
+            forward.pushed[n_state + j] = arg
+        keys.append(direct[0] if direct else n_state + j)
+    if stored is not None:
+        return _replan(view, forward, stored, any_op=True)
+    if _static_bytes(view, [forward.pushed[k] for k in keys]) >= _static_bytes(view, [forward.pushed[k]
+                                                                                      for k in tapes]):
+        return None, None
+    return _replan(view, forward, sorted(keys), any_op=True)
+
+
+def _static_bytes(view, classes) -> float:
+    """Bytes of the values of `classes` (inf when a shape is not static)."""
+    total = 0.0
+    for cid in classes:
+        value_type = view.types.get(cid)
+        if not isinstance(value_type, TensorType) or not all(isinstance(d, int) for d in value_type.shape):
+            return float("inf")
+        total += nbytes(value_type)
+    return total
+
+
+def _definition(view, forward: _Forward, value: ClassId, leaves: set, any_op: bool = False):
     """(the classes to copy, each with its earliest recorded node; the leaves it reads)
     when `value` is at most `MAX_RECOMPUTED_OPS` elementwise ops of `leaves`, invariants
-    of the forward loop and its counter; else None."""
+    of the forward loop and its counter (with `any_op`: any number of ops of any kind
+    but tape ops and loops); else None."""
     region = forward.node.args[0]
     invariant = view.facts.invariant.get(region, set())
     counter = view.snapshot.index.get(ENode("Arg", (region, 0)))
@@ -213,11 +272,17 @@ def _definition(view, forward: _Forward, value: ClassId, leaves: set):
         node = body[cid] = min(recorded, key=lambda n: origins[n].order)
         if cid == counter:
             continue
-        if node.head not in ("Op1", "Op2", "Op3") or ops.OPS[node.args[0]].family != "elementwise" \
+        if any_op:
+            if not (node.head in _OP_HEADS and not node.args[0].startswith("tape_") or node.head == "Get"):
+                return None
+        elif node.head not in ("Op1", "Op2", "Op3") or ops.OPS[node.args[0]].family != "elementwise" \
                 or sum(1 for n in body.values() if n.head != "Arg") > MAX_RECOMPUTED_OPS:
             return None
-        stack.extend(node.args[2:])
+        stack.extend(c for c in children(node) if c.sort == "Term")
     return body, read
+
+
+_OP_HEADS = ("Op0", "Op1", "Op2", "Op3", "OpN")
 
 
 def _forward(view, cid: ClassId, node: ENode) -> _Forward | None:
@@ -389,7 +454,7 @@ def _recompute(view, forward: _Forward, k: int, row_reads: dict, counter: ENode,
     body = dict(forward.recomputed[k])
     stored_value = {forward.pushed[j]: j for j in forward.stored}
     leaves = {c: row_reads[stored_value[c]] for node in body.values() if node.head != "Arg"
-              for c in node.args[2:] if c in stored_value and c not in body}
+              for c in children(node) if c in stored_value and c not in body}
     body.update({leaf: ENode("Arg", ()) for leaf in leaves})  # placeholders: seeded below
     copies = copy_body(body, lambda index: counter, record, leaves)
     return copies[forward.pushed[k]]

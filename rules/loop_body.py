@@ -1,6 +1,6 @@
 """Copying a loop's body, for the loop transformers that build a whole alternative loop
 (rules/batching.py's `batch-weight-gradient`, rules/checkpoint.py's
-`stack-taped-residuals` and `recompute-taped-residuals`).
+`stack-taped-residuals`, `recompute-taped-residuals` and `checkpoint-carried-states`).
 
 A region's body is not a list of bindings in the e-graph: it is the classes that read,
 at any depth, an `Arg` of the loop (everything else is read from where it is, since a

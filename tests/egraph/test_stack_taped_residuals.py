@@ -1,6 +1,6 @@
-"""rules/checkpoint.py's loop transformers `stack-taped-residuals` and
-`recompute-taped-residuals` (CONVENTIONS 4: judged by running the program before and
-after).
+"""rules/checkpoint.py's loop transformers `stack-taped-residuals`,
+`recompute-taped-residuals` and `checkpoint-carried-states` (CONVENTIONS 4: judged by
+running the program before and after).
 
 A forward loop's tape pushes become stacked outputs and its reverse loop's pops rows of
 them (store); a residual that is a few elementwise ops of others is rebuilt by the
@@ -10,13 +10,17 @@ tape op is left in an RNN's or an LSTM's gradient); one stacked forward loop ser
 every reverse loop that pops its tapes; a residual the reverse loop only popped to
 stack again (the weight gradient's h_{t-1}) is read from the forward loop's rows; an
 LSTM's h_t = o_t * tanh(c_t) is recomputed from the two rows, not stored; the
-recompute rule runs only once nothing else changes the e-graph. (b) Semantics on
-Hypothesis inputs (float64, 1e-12), through the rule-preferring test extractor: an
-RNN, a gate-by-gate LSTM, a scan run backwards, and loops the rules must leave.
+recompute rule runs only once nothing else changes the e-graph; checkpointing the
+carried state stacks one row of state a trip and recomputes the step's residuals in the
+reverse loop, and is left out where the state is no smaller than the residuals. (b)
+Semantics on Hypothesis inputs (float64, 1e-12), through the rule-preferring test
+extractor: an RNN, a gate-by-gate LSTM, a scan run backwards, and loops the rules must
+leave.
 """
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -27,13 +31,13 @@ from egad.egraph import Snapshot, decode, encode
 from egad.egraph.enode import ENode
 from egad.egraph.extraction import Extraction
 from egad.egraph.schedule import Limits, saturate
-from egad.extract import _alternative_loops_taken, extract
+from egad.extract import _alternative_loops_taken, extract, predicted_cost
 from egad.ir.program import walk_bindings
-from egad.rules.checkpoint import RECOMPUTE, STACK
+from egad.rules.checkpoint import RECOMPUTE, STACK, STATES
 from tests.egraph.test_batch_weight_gradient import RNN_SHAPES, lstm_gradient, producer, reverse_loop, rnn_gradient
 from tests.egraph.test_rules import RNN_SHAPES as CELL_SHAPES
-from tests.egraph.test_rules import (GATED_SHAPES, SCAN_SHAPES, SETTINGS, assert_same_results, check_family,
-                                     floats, gated_cell, optimized, rnn)
+from tests.egraph.test_rules import (GATED_SHAPES, SCAN_SHAPES, SETTINGS, Optimized, assert_same_results,
+                                     check_family, floats, gated_cell, optimized, rnn)
 
 TAPE_OPS = {"tape_alloc", "tape_push", "tape_pop"}
 
@@ -52,6 +56,12 @@ def ops(program) -> list[str]:
 
 def forward_loop(program):
     return next(b for b in program.region.bindings if b.op == "for" and not b.attrs["reverse"])
+
+
+def stacked_bytes(program) -> int:
+    """Bytes of the forward loop's stacked outputs."""
+    forward = forward_loop(program)
+    return sum(int(np.prod(v.type.shape)) * 8 for v in forward.outputs[forward.attrs["n_state"]:])
 
 
 def copies(encoding) -> list[int]:
@@ -138,6 +148,71 @@ def test_recomputing_waits_until_nothing_else_changes_the_egraph():
     assert full.rounds > early.rounds
 
 
+def test_checkpointing_the_state_stacks_one_row_a_trip_and_recomputes_the_step():
+    """The gate-by-gate LSTM's forward loop tapes every gate and tanh(c) (R = 8 rows of
+    (2, 4) a trip); checkpointing its carried state stacks h and c (S = 2 rows) and the
+    reverse loop recomputes the gates from them, matmuls included."""
+    args = tuple(np.random.default_rng(5).normal(size=shape) for shape in GATED_SHAPES.values())
+    gradient = egad.value_and_grad(egad.trace(gated_cell, *args), wrt=tuple(range(11)))
+    stored = Optimized(gradient, ["checkpoint"], limits=Limits(rounds=1))  # the first phase only: stacking
+    assert STACK in stored.chosen_rules() and STATES not in stored.report.fired()
+    checkpointed = Optimized(gradient, ["checkpoint"])
+    assert checkpointed.report.fired()[STATES] == 1 and STATES in checkpointed.chosen_rules()
+    program = checkpointed.program
+    assert not TAPE_OPS & set(ops(program))
+    forward, backward = forward_loop(program), reverse_loop(program)
+    n_state = forward.attrs["n_state"]
+    assert [v.type.shape[1:] for v in forward.outputs[n_state:]] == [v.type.shape for v in forward.outputs[:n_state]]
+    assert [b.op for b in backward.regions[0].bindings].count("matmul") > 2  # the gates again, then dh
+    assert 3 * stacked_bytes(program) < stacked_bytes(stored.program)  # h and c a trip, against 7 residuals
+    assert_same_results(egad.interpret(program, *args), egad.interpret(gradient, *args))
+
+
+def test_the_cost_model_keeps_stored_rows_where_recomputing_the_step_costs_more():
+    """An RNN step's matmul again in every reverse trip costs more than reading the
+    stored rows back: the cost-based extraction takes no node of the states copy."""
+    args = tuple(np.random.default_rng(6).normal(size=shape) for shape in GATED_SHAPES.values())
+    gradient = egad.value_and_grad(egad.trace(gated_cell, *args), wrt=tuple(range(11)))
+    program, report, encoding = cost_extracted(gradient, ["checkpoint"])
+    assert report.fired()[STATES] == 1
+    states_copies = [r for r, info in encoding.regions.items()
+                     if info.copied_from is not None and info.copied_from[0] == STATES]
+    assert len(states_copies) == 2  # the forward and the reverse loop
+    forward = forward_loop(program)
+    assert len(forward.outputs) - forward.attrs["n_state"] > 2  # the residuals' rows, not the state's
+    assert_same_results(egad.interpret(program, *args), egad.interpret(gradient, *args))
+
+
+def test_a_copys_cheaper_forward_loop_does_not_bind_the_extraction_to_its_dearer_reverse_loop():
+    """The states copy of an RNN's forward loop stacks one row a trip instead of two, so
+    the greedy pass takes it, and with it the reverse loop that recomputes the step. The
+    extraction without that transformer's loops is tried too (egad/extract.py,
+    `_copied_loops_taken`): it costs what the extraction before the copy was made did."""
+    args = tuple(np.random.default_rng(8).normal(size=shape) for shape in RNN_SHAPES.values())
+    gradient = rnn_gradient(args)
+    costs = []
+    for rounds in (1, Limits().rounds):  # stacking only; then the late states copy too
+        encoding = encode(gradient)
+        report = saturate(encoding, families=["checkpoint"], limits=Limits(rounds=rounds))
+        snapshot = Snapshot.of(encoding.egraph)
+        costs.append(predicted_cost(encoding, snapshot, extract(encoding, snapshot)).total)
+    assert STATES in report.fired() and costs[1] == pytest.approx(costs[0])
+
+
+def linear_recurrence(xs, W, h0):
+    """h' = h @ W + x: the adjoint reads only h_{t-1}, which is the state itself."""
+    h = egad.fori_loop(0, xs.shape[0], lambda t, h: h @ W + xs[t], h0)
+    return enp.sum(h * h)
+
+
+def test_a_state_no_smaller_than_the_residuals_is_not_checkpointed():
+    args = tuple(np.random.default_rng(7).normal(size=shape) for shape in SCAN_SHAPES.values())
+    gradient = egad.value_and_grad(egad.trace(linear_recurrence, *args), wrt=(0, 1, 2))
+    checkpointed = Optimized(gradient, ["checkpoint"])
+    assert STACK in checkpointed.report.fired() and STATES not in checkpointed.report.fired()
+    assert_same_results(egad.interpret(checkpointed.program, *args), egad.interpret(gradient, *args))
+
+
 # --- (b) semantics -------------------------------------------------------------------------------------
 
 def rnn_sum_of_squares(U, W, xs, h0):
@@ -163,6 +238,17 @@ def test_gate_by_gate_lstm_gradient_keeps_results(args):
                         ["batching", "fusion", "checkpoint"])
     check_family(program, args, {STACK, RECOMPUTE})
     assert not TAPE_OPS & set(ops(program.program))
+
+
+@SETTINGS
+@given(args=st.fixed_dictionaries({name: floats(*shape) for name, shape in GATED_SHAPES.items()}))
+def test_checkpointed_states_keep_an_lstms_gradient(args):
+    args = tuple(args[name] for name in GATED_SHAPES)
+    program = optimized("states-gated-gradient", lambda: egad.value_and_grad(egad.trace(gated_cell, *args),
+                                                                             wrt=tuple(range(11))),
+                        ["batching", "fusion", "checkpoint"])
+    check_family(program, args, {STATES})
+    assert STATES in program.chosen_rules()
 
 
 def backward_scan(xs, W, h0):
