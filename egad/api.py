@@ -114,7 +114,8 @@ class Optimized:
             # where the builds run here, their outputs are compared below (no interpreting twice, which
             # grows with the program's run time); elsewhere the optimizer interprets both
             optimization = optimize_program(program, self.families, self.target,
-                                            check_args=None if runs_here else examples)
+                                            check_args=None if runs_here else examples,
+                                            memory_limit=_memory_limit(program, plan))
             for phase, seconds in optimization.timings.items():
                 self.timings[phase] = self.timings.get(phase, 0.0) + seconds
             optimization = _within_budget(optimization, original, plan)
@@ -210,6 +211,17 @@ def _runs_here(target) -> bool:
     from .tvm_bridge.targets import resolve
 
     return resolve(target).kind == "llvm"
+
+
+def _memory_limit(program: Program, plan) -> int | None:
+    """The bytes an optimization of `program` may hold and tape (`held_bytes` +
+    `taped_bytes`) under the plan's memory budget: what `program` does, plus the budget's
+    room beyond the planned tapes (`_within_budget` checks the same); None without one."""
+    from .ad import checkpoint
+
+    if plan is None or plan.budget is None:
+        return None
+    return checkpoint.held_bytes(program) + checkpoint.taped_bytes(program) + plan.budget - plan.planned_bytes
 
 
 def _within_budget(optimization, original: Program, plan):
@@ -332,7 +344,9 @@ def optimize(program: Program, wrt=(0,), target="llvm", memory_budget: int | Non
     differ, or if it measures faster. `check=False` skips both (they cost a second
     build and a few runs per new shape). `memory_budget` (bytes of taped residuals):
     when store-all taping needs more, loops are checkpointed every k trips and
-    recomputed in the adjoint (egad/ad/checkpoint.py), one k per loop chosen to fit.
+    recomputed in the adjoint (egad/ad/checkpoint.py), one k per loop chosen to fit;
+    an optimization that holds more than the budget allows is extracted again with
+    memory priced first, else the checkpointed program is built.
 
     Example: `f = egad.optimize(egad.trace(loss, W, xs), wrt=(0,)); value, (dW,) = f(W, xs)`"""
     if not isinstance(program, Program):

@@ -95,6 +95,11 @@ class CostModel:
     critical_path: bool = True  # False: the flat model, a trip costs its work alone
     trip_guesses: Mapping = dataclasses.field(default_factory=dict)  # symbol or loop region id -> count
     default_guess: int = 64  # a symbolic dim or a while loop's trips with no guess given
+    # price of a byte held until the program returns: a value computed at the top level,
+    # a loop's stacked rows (ys), a taped residual (egad/ad/checkpoint.py's held_bytes and
+    # taped_bytes). 0 prices time alone; `optimize` under a memory_budget extracts again
+    # with memory priced first when the fastest extraction holds more than the budget.
+    held_byte_seconds: float = 0.0
 
     @classmethod
     def for_target(cls, target="llvm", **options) -> "CostModel":
@@ -458,7 +463,8 @@ class _Extractor:
 
     def entry(self, free: frozenset, seconds=0.0, kernels=0.0, tape_bytes=0.0, share=1.0) -> _Entry:
         target = self.target
-        per_run = seconds + kernels * target.dispatch_seconds + tape_bytes * target.tape_byte_seconds
+        per_run = seconds + kernels * target.dispatch_seconds \
+            + tape_bytes * (target.tape_byte_seconds + self.model.held_byte_seconds)
         return _Entry(free, share, seconds, kernels, tape_bytes, share * self.weight(free) * per_run)
 
     def total(self, dag: _SubDag, depth: dict) -> float:
@@ -499,6 +505,11 @@ class _Extractor:
             sized = [concrete(self.types.of(c), self.model.size) for c in inputs]
             self._work[node] = ops.OPS[name].cost(sized, [concrete(t, self.model.size) for t in outputs], attrs)
         return self._work[node]
+
+    def output_bytes(self, node: ENode) -> int:
+        outputs = self.types.types[self.snapshot.index[node]]
+        outputs = list(outputs) if isinstance(outputs, tuple) else [outputs]
+        return sum(nbytes(concrete(t, self.model.size)) for t in outputs if isinstance(t, TensorType))
 
     def latency(self, work: Work) -> float:
         seconds = work.seconds(self.target)
@@ -582,7 +593,10 @@ class _Extractor:
             work = self.op_work(node)
             latency = self.latency(work)
             depth = {arg: length + latency for arg, length in depth.items()}
-            dag.add(number, self.entry(free, work.seconds(self.target), work.kernels, work.tape_bytes), self.innermost)
+            seconds = work.seconds(self.target)
+            if not free and self.model.held_byte_seconds:  # a top-level value is held until the end
+                seconds += self.output_bytes(node) * self.model.held_byte_seconds
+            dag.add(number, self.entry(free, seconds, work.kernels, work.tape_bytes), self.innermost)
         return _Candidate(node, dag, free, depth, self.total(dag, depth))
 
     def _arg(self, cid: ClassId, node: ENode, context: frozenset) -> _Candidate | None:
@@ -620,7 +634,8 @@ class _Extractor:
         if node.head == "For":  # the driver copies each trip's ys into the stacked result
             for ys in node.args[4][len(node.args[3]):]:
                 row = concrete(self.types.of(ys), self.model.size)
-                compute += trips * Work(0.0, 2.0 * nbytes(row)).seconds(self.target)
+                compute += trips * (Work(0.0, 2.0 * nbytes(row)).seconds(self.target)
+                                    + nbytes(row) * self.model.held_byte_seconds)
                 dispatches += trips
         dag.add(number, self.entry(free, compute, dispatches, trips * tape_bytes), self.innermost)
         depth: dict = {}

@@ -52,6 +52,7 @@ class Optimization:
     cached: bool = False
     measured: tuple | None = None  # (optimized, original) seconds per call, when egad.optimize timed both
     graph: object | None = None  # egad.egraph.record.EGraphRecord: the e-graph and the extraction, for egad.viz
+    memory: str | None = None  # what a memory limit changed in the extraction, or None
 
     def lines(self) -> list[str]:
         """The report's lines (indented for `Optimized.report()`)."""
@@ -80,6 +81,8 @@ class Optimization:
             optimized, original = self.measured
             out.append(f"  measured on the example inputs: {optimized * 1e3:.3g} ms optimized, "
                        f"{original * 1e3:.3g} ms original ({original / optimized:.2f}x)")
+        if self.memory:
+            out.append(f"  memory: {self.memory}")
         if "check" not in self.timings and not self.fallback:
             out.append("  check against the original: not run (no example inputs, or check=False)")
         out.append(f"  fallback: {self.fallback}" if self.fallback else "  fallback: none")
@@ -92,26 +95,35 @@ class Optimization:
 _CACHE: dict[tuple, Optimization] = {}
 
 
-def optimize_program(program: Program, families, target="llvm", limits=None, check_args=None) -> Optimization:
+def optimize_program(program: Program, families, target="llvm", limits=None, check_args=None,
+                     memory_limit: int | None = None) -> Optimization:
     """Saturate, extract and decode `program` with the rule `families` (Family objects
-    or names); check the result on `check_args` when given. Never raises for a
-    failure of the optimizer itself: it falls back to `program` and says why."""
+    or names); check the result on `check_args` when given. `memory_limit` (bytes held
+    and taped, egad/ad/checkpoint.py's `held_bytes` + `taped_bytes`): when the fastest
+    extraction holds more than it and than `program`, extract again with memory priced
+    first (`CostModel.held_byte_seconds`), and keep that one if it fits. Never raises for
+    a failure of the optimizer itself: it falls back to `program` and says why."""
     from .egraph import Limits
 
     limits = limits or Limits(seconds=DEFAULT_SECONDS)
     names = tuple(f if isinstance(f, str) else f.name for f in families)
     # fingerprints leave source lines out; a cached result carries its program's lines
     # into reports and the visualiser, so programs traced from other lines miss
-    key = (fingerprint(program), _source_lines(program), names, str(target), limits)
+    key = (fingerprint(program), _source_lines(program), names, str(target), limits, memory_limit)
     cached = _CACHE.get(key)
     if cached is not None:  # the same program (fingerprints cover ops, types and constants) seen before
         return dataclasses.replace(cached, cached=True)
-    result = _optimize(program, families, names, target, limits, check_args)
+    result = _optimize(program, families, names, target, limits, check_args, memory_limit)
     _CACHE[key] = result
     return result
 
 
-def _optimize(program, families, names, target, limits, check_args) -> Optimization:
+# Under a memory limit, a byte held is priced like this many seconds: far above any time
+# the program takes, so the extraction holds the least it can and is fastest among those.
+MEMORY_FIRST_BYTE_SECONDS = 1e-3
+
+
+def _optimize(program, families, names, target, limits, check_args, memory_limit=None) -> Optimization:
     from .egraph import Snapshot, decode, encode, extract_inserted, saturate
     from .egraph.record import EGraphRecord
     from .extract import CostModel, extract, predicted_cost
@@ -144,6 +156,9 @@ def _optimize(program, families, names, target, limits, check_args) -> Optimizat
             extraction = original  # the extractor is greedy: never choose worse than what was written
             result.predicted_after, result.chosen = result.predicted_before, Counter()
         optimized = decode(encoding, snapshot, extraction, origins)
+        if memory_limit is not None and extraction is not original:
+            optimized, extraction = _within_memory(result, encoding, snapshot, origins, model, memory_limit,
+                                                   (optimized, extraction))
         timings["decode"] = time.perf_counter() - started
         result.graph = EGraphRecord.of(encoding, snapshot, origins, original, extraction, model)
     except (EgadError, RecursionError, RuntimeError, ValueError, KeyError, TypeError) as error:
@@ -163,6 +178,40 @@ def _optimize(program, families, names, target, limits, check_args) -> Optimizat
     result.program = optimized
     result.critical_path = critical_paths(optimized, target)
     return result
+
+
+def _within_memory(result, encoding, snapshot, origins, model, memory_limit: int, fastest):
+    """(program, extraction): the fastest, when it holds no more than `memory_limit` or
+    than the original; else the extraction with memory priced first, when that one fits
+    (`result.memory` says so and `predicted_after`/`chosen` describe it)."""
+    from .ad.checkpoint import held_bytes, taped_bytes
+    from .egraph import decode
+    from .extract import extract, predicted_cost
+
+    def memory(program):
+        return held_bytes(program) + taped_bytes(program)
+
+    limit = max(memory_limit, memory(result.original))
+    held = memory(fastest[0])
+    if held <= limit:
+        return fastest
+    frugal = extract(encoding, snapshot, dataclasses.replace(model, held_byte_seconds=MEMORY_FIRST_BYTE_SECONDS))
+    predicted = predicted_cost(encoding, snapshot, frugal, model)
+    if predicted.total > result.predicted_before.total:
+        result.memory = (f"the fastest extraction holds {held / 2**20:.2f} MiB, above the {limit / 2**20:.2f} MiB "
+                         "allowed, and the one holding least is predicted slower than the program as written")
+        return fastest
+    program = decode(encoding, snapshot, frugal, origins)
+    if memory(program) > limit:
+        result.memory = (f"the fastest extraction holds {held / 2**20:.2f} MiB and the one holding least "
+                         f"{memory(program) / 2**20:.2f} MiB, above the {limit / 2**20:.2f} MiB allowed")
+        return fastest
+    result.memory = (f"the fastest extraction holds {held / 2**20:.2f} MiB, above the {limit / 2**20:.2f} MiB "
+                     f"allowed: extracted again with memory priced first, {memory(program) / 2**20:.2f} MiB")
+    result.predicted_after = predicted
+    result.chosen = Counter(origins[node].site.name for node in frugal.choice.values()
+                            if node in origins and origins[node].site.name != "input")
+    return program, frugal
 
 
 def _same_results(optimized: Program, original: Program, args) -> str | None:

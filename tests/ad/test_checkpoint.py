@@ -391,6 +391,34 @@ def test_an_optimization_that_stacks_past_the_budget_falls_back_to_the_checkpoin
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
 
 
+def test_an_optimization_over_the_budget_is_extracted_again_with_memory_priced_first():
+    """Under a budget of half the store-all tapes the plan checkpoints the loop; the
+    fastest extraction then batches and stacks past the budget. Rather than fall back
+    to the checkpointed program, the optimizer extracts again pricing held bytes first
+    (CostModel.held_byte_seconds) and builds that extraction, which fits."""
+    rng = np.random.default_rng(4)
+    n, batch, inputs, steps = 96, 32, 64, 32
+    args = ((rng.standard_normal((n, n)) / n).astype(np.float32), (rng.standard_normal((inputs, n)) / 8).astype(
+        np.float32), rng.standard_normal((steps, batch, inputs)).astype(np.float32), np.zeros((batch, n), np.float32))
+    program = egad.trace(rnn_loss, *args)
+    want_value, want_grads = egad.interpret(egad.value_and_grad(program, wrt=(0, 1)), *args)
+    budget = checkpoint.taped_bytes(egad.value_and_grad(program, wrt=(0, 1))) // 2 + 1
+    optimized = egad.optimize(program, wrt=(0, 1), memory_budget=budget, check=False)
+    value, grads = optimized(*args)
+    (optimization,) = optimized.optimizations
+    assert optimization.fallback is None, optimization.fallback
+    assert "extracted again with memory priced first" in optimization.memory
+    assert "memory: the fastest extraction holds" in optimized.report()
+    (plan,) = optimized.checkpoint_plans
+    original = optimization.original
+    extra = checkpoint.held_bytes(optimized.program) + checkpoint.taped_bytes(optimized.program) \
+        - checkpoint.held_bytes(original) - checkpoint.taped_bytes(original)
+    assert plan.planned_bytes + extra <= budget
+    np.testing.assert_allclose(value, want_value, rtol=1e-5)
+    for got, want in zip(grads, want_grads):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
+
+
 def test_residuals_stacked_instead_of_taped_are_not_counted_as_extra_memory():
     """rules/checkpoint.py's stack-taped-residuals turns each tape into stacked rows of
     the same size: a memory budget's check (egad/api.py, `_within_budget`) adds the
