@@ -10,7 +10,9 @@ the cost model) -> decode (verified). "Never worse than doing nothing": any erro
 these steps, a predicted cost above the original's, or results that differ from the
 original's on `check_args` (both interpreted) fall back to the original program, and
 the result says why. A saturation limit is not a failure: the best term of the
-e-graph as it stands is used, and the result says which limit stopped it.
+e-graph as it stands is used, and the result says which limit stopped it. Under a
+`memory_limit` (egad.optimize's memory_budget), an extraction that holds more is
+extracted again with memory priced first (`_within_memory`).
 
 Results are cached in memory by (program fingerprint and source lines, families,
 target, limits):
