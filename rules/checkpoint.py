@@ -29,7 +29,7 @@ against each other and against the other families' rewrites:
                             for one more forward step a trip. Made only where S < R; a
                             late rule too.
 
-Assumes (both rules): a forward `for` loop F from the constant 0 with its
+Assumes (all three rules): a forward `for` loop F from the constant 0 with its
 `trip_dim` set, every tape state of which starts as `NewTape` and gains exactly one
 `tape_push(Arg, v)` per trip; a reverse `for` loop R over the same bound classes, run
 in the opposite direction, every tape state of which starts as one of F's final tapes
@@ -44,9 +44,13 @@ tapes (`batch-weight-gradient` makes a second one); both copies' regions record 
 they copy (`RegionInfo.copied_from`), so a later round finds them.
 
 Memory: storing keeps every residual (rows or tape, the same bytes); recomputing holds
-fewer, and checkpointing the state fewest (T x S). A memory budget's check (`_within_budget`, egad/api.py) counts tapes and stacked
-rows alike (egad/ad/checkpoint.py: `taped_bytes` beside `held_bytes`). The
-`GradLoop` policies that hold fewer are written today outside the e-graph:
+fewer; checkpointing the state fewest (T x S). A memory budget's check
+(`_within_budget`, egad/api.py) counts tapes and stacked rows alike
+(egad/ad/checkpoint.py: `taped_bytes` beside `held_bytes`). The extractor prices time,
+so it takes `checkpoint-carried-states` where recomputing a step costs less than
+reading its rows back (moe_topk's gradient); under a memory budget, an extraction
+that prices held bytes first (egad/optimizer.py, `_within_memory`) weighs its fewer
+rows too. Every-k policies for k > 1 are written outside the e-graph:
 `egad.optimize(..., memory_budget=bytes)` plans one policy per top-level `for` loop
 with a static trip count and per top-level `while` loop (egad/ad/checkpoint.py:
 store-all where the budget allows, else every-k checkpointing with the k that fits,
@@ -55,12 +59,10 @@ trips it runs on the example inputs) and differentiates the segmented program, w
 adjoint recomputes each segment's residuals from its checkpointed state; the e-graph
 then optimizes that gradient.
 
-The extractor prices time, not memory, so it takes `checkpoint-carried-states` only
-where recomputing a step costs less than reading its rows back; it is there for a
-memory-aware choice. Still to do, and why it would live here: every-k (k > 1) and
-Revolve as whole-loop alternatives, and the extractor choosing among them under
-`memory_budget` (today the budget's policy is planned before the e-graph); online
-(Stumm-Walther) policies that bound a `while` loop's checkpoints for any T.
+Still to do, and why it would live here: every-k (k > 1) and Revolve as whole-loop
+alternatives, so that the extractor weighs them under `memory_budget` with the rest
+(today the budget's every-k is planned before the e-graph); online (Stumm-Walther)
+policies that bound a `while` loop's checkpoints for any T.
 """
 from __future__ import annotations
 
@@ -273,7 +275,8 @@ def _definition(view, forward: _Forward, value: ClassId, leaves: set, any_op: bo
         if cid == counter:
             continue
         if any_op:
-            if not (node.head in _OP_HEADS and not node.args[0].startswith("tape_") or node.head == "Get"):
+            is_op = node.head in _OP_HEADS and not node.args[0].startswith("tape_")
+            if not is_op and node.head != "Get":  # a Get of a loop fails at the loop's class
                 return None
         elif node.head not in ("Op1", "Op2", "Op3") or ops.OPS[node.args[0]].family != "elementwise" \
                 or sum(1 for n in body.values() if n.head != "Arg") > MAX_RECOMPUTED_OPS:
