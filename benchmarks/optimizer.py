@@ -20,6 +20,10 @@ user makes them (numpy in, numpy out). Every optimized result is checked against
 
     python -m benchmarks.optimizer                    # all sections
     python -m benchmarks.optimizer lstm ranking       # some of them
+    python -m benchmarks.optimizer lstm gnmt --target=cuda   # the two workloads on a GPU
+
+`--target` (an egad target name, default llvm) builds the lstm and gnmt sections for
+that device; the corpus and ranking sections (the CPU cost model's) stay on the CPU.
 """
 from __future__ import annotations
 
@@ -64,13 +68,14 @@ def _check_close(got, want, context: str, rtol: float = 1e-3) -> float:
     return worst
 
 
-def _side_by_side(name: str, program, wrt, args, target_ratio: float, rounds: int = ROUNDS) -> dict:
+def _side_by_side(name: str, program, wrt, args, target_ratio: float, rounds: int = ROUNDS,
+                  target: str = "llvm") -> dict:
     started = time.perf_counter()
-    optimized = egad.optimize(program, wrt=wrt)
+    optimized = egad.optimize(program, wrt=wrt, target=target)
     optimized_result = optimized(*args)
     optimize_seconds = time.perf_counter() - started
     started = time.perf_counter()
-    plain = egad.optimize(program, wrt=wrt, rules=())
+    plain = egad.optimize(program, wrt=wrt, target=target, rules=())
     plain_result = plain(*args)
     plain_seconds = time.perf_counter() - started
     error = _check_close(optimized_result, plain_result, name)
@@ -86,16 +91,17 @@ def _side_by_side(name: str, program, wrt, args, target_ratio: float, rounds: in
             "predicted speed-up": optimization.predicted_before.seconds / optimization.predicted_after.seconds}
 
 
-def lstm_section(T: int = 64) -> list[dict]:
+def lstm_section(T: int = 64, target: str = "llvm") -> list[dict]:
     args = lstm_lm.arguments(T)
-    return [_side_by_side(f"lstm_lm T={T}", egad.trace(lstm_lm.loss, *args), lstm_lm.WRT, args, TARGETS["lstm"])]
+    return [_side_by_side(f"lstm_lm T={T}", egad.trace(lstm_lm.loss, *args), lstm_lm.WRT, args, TARGETS["lstm"],
+                          target=target)]
 
 
-def gnmt_section(config: str = "small") -> list[dict]:
+def gnmt_section(config: str = "small", target: str = "llvm") -> list[dict]:
     params = gnmt_lite.init_params(config)
     src, tgt = gnmt_lite.make_batch(config)
     program = egad.trace(gnmt_lite.loss, params, src, tgt)
-    return [_side_by_side(f"gnmt_lite {config}", program, (0,), (params, src, tgt), TARGETS["gnmt"])]
+    return [_side_by_side(f"gnmt_lite {config}", program, (0,), (params, src, tgt), TARGETS["gnmt"], target=target)]
 
 
 def corpus_section() -> list[dict]:
@@ -200,16 +206,19 @@ def _print_rows(rows: list[dict]) -> None:
 
 
 def main(argv=None) -> int:
-    chosen = (argv if argv is not None else sys.argv[1:]) or list(SECTIONS)
+    argv = list(argv if argv is not None else sys.argv[1:])
+    target = next((a.split("=", 1)[1] for a in argv if a.startswith("--target=")), "llvm")
+    chosen = [a for a in argv if not a.startswith("--target=")] or list(SECTIONS)
     unknown = [name for name in chosen if name not in SECTIONS]
     if unknown:
-        print(f"unknown sections {unknown}; choose from {list(SECTIONS)}")
+        print(f"unknown sections {unknown}; choose from {list(SECTIONS)} (and --target=NAME)")
         return 2
     results = {}
     for name in chosen:
-        print(f"== {name}", flush=True)
-        result = SECTIONS[name]()
-        results[name] = result
+        on_target = name in ("lstm", "gnmt") and target != "llvm"
+        print(f"== {name}" + (f" (target {target})" if on_target else ""), flush=True)
+        result = SECTIONS[name](target=target) if on_target else SECTIONS[name]()
+        results[f"{name}@{target}" if on_target else name] = result
         if name == "ranking":
             print(f"  {'alternative':28s} {'predicted ms':>13s} {'measured ms':>12s}")
             for row in result["alternatives"]:
