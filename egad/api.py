@@ -214,14 +214,14 @@ def _runs_here(target) -> bool:
 
 
 def _memory_limit(program: Program, plan) -> int | None:
-    """The bytes an optimization of `program` may hold and tape (`held_bytes` +
-    `taped_bytes`) under the plan's memory budget: what `program` does, plus the budget's
-    room beyond the planned tapes (`_within_budget` checks the same); None without one."""
+    """The bytes an optimization of `program` may keep (`checkpoint.kept_bytes`) under the
+    plan's memory budget: what `program` does, plus the budget's room beyond the planned
+    tapes (`_within_budget` checks the same); None without one."""
     from .ad import checkpoint
 
     if plan is None or plan.budget is None:
         return None
-    return checkpoint.held_bytes(program) + checkpoint.taped_bytes(program) + plan.budget - plan.planned_bytes
+    return checkpoint.kept_bytes(program) + plan.budget - plan.planned_bytes
 
 
 def _within_budget(optimization, original: Program, plan):
@@ -234,8 +234,7 @@ def _within_budget(optimization, original: Program, plan):
     if plan is None or plan.budget is None or optimization.program is original:
         return optimization
     # tapes the optimized program stacks instead (rules/checkpoint.py) are not extra: both sides count them
-    extra = checkpoint.held_bytes(optimization.program) + checkpoint.taped_bytes(optimization.program) \
-        - checkpoint.held_bytes(original) - checkpoint.taped_bytes(original)
+    extra = checkpoint.kept_bytes(optimization.program) - checkpoint.kept_bytes(original)
     if extra <= 0 or plan.planned_bytes + extra <= plan.budget:
         return optimization
     return dataclasses.replace(optimization, program=original, fallback=(

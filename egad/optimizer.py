@@ -101,7 +101,7 @@ def optimize_program(program: Program, families, target="llvm", limits=None, che
                      memory_limit: int | None = None) -> Optimization:
     """Saturate, extract and decode `program` with the rule `families` (Family objects
     or names); check the result on `check_args` when given. `memory_limit` (bytes held
-    and taped, egad/ad/checkpoint.py's `held_bytes` + `taped_bytes`): when the fastest
+    and taped, egad/ad/checkpoint.py's `kept_bytes`): when the fastest
     extraction holds more than it and than `program`, extract again with memory priced
     first (`CostModel.held_byte_seconds`), and keep that one if it fits. Never raises for
     a failure of the optimizer itself: it falls back to `program` and says why."""
@@ -186,15 +186,12 @@ def _within_memory(result, encoding, snapshot, origins, model, memory_limit: int
     """(program, extraction): the fastest, when it holds no more than `memory_limit` or
     than the original; else the extraction with memory priced first, when that one fits
     (`result.memory` says so and `predicted_after`/`chosen` describe it)."""
-    from .ad.checkpoint import held_bytes, taped_bytes
+    from .ad.checkpoint import kept_bytes
     from .egraph import decode
     from .extract import extract, predicted_cost
 
-    def memory(program):
-        return held_bytes(program) + taped_bytes(program)
-
-    limit = max(memory_limit, memory(result.original))
-    held = memory(fastest[0])
+    limit = max(memory_limit, kept_bytes(result.original))
+    held = kept_bytes(fastest[0])
     if held <= limit:
         return fastest
     frugal = extract(encoding, snapshot, dataclasses.replace(model, held_byte_seconds=MEMORY_FIRST_BYTE_SECONDS))
@@ -204,12 +201,13 @@ def _within_memory(result, encoding, snapshot, origins, model, memory_limit: int
                          "allowed, and the one holding least is predicted slower than the program as written")
         return fastest
     program = decode(encoding, snapshot, frugal, origins)
-    if memory(program) > limit:
+    least = kept_bytes(program)
+    if least > limit:
         result.memory = (f"the fastest extraction holds {held / 2**20:.2f} MiB and the one holding least "
-                         f"{memory(program) / 2**20:.2f} MiB, above the {limit / 2**20:.2f} MiB allowed")
+                         f"{least / 2**20:.2f} MiB, above the {limit / 2**20:.2f} MiB allowed")
         return fastest
     result.memory = (f"the fastest extraction holds {held / 2**20:.2f} MiB, above the {limit / 2**20:.2f} MiB "
-                     f"allowed: extracted again with memory priced first, {memory(program) / 2**20:.2f} MiB")
+                     f"allowed: extracted again with memory priced first, {least / 2**20:.2f} MiB")
     result.predicted_after = predicted
     result.chosen = Counter(origins[node].site.name for node in frugal.choice.values()
                             if node in origins and origins[node].site.name != "input")

@@ -443,6 +443,12 @@ def taped_bytes(program: Program) -> int:
     return total
 
 
+def kept_bytes(program: Program) -> int:
+    """What a program keeps until it returns, as a memory budget counts it: `held_bytes`
+    + `taped_bytes` (stacked rows and the tapes they replace counted alike)."""
+    return held_bytes(program) + taped_bytes(program)
+
+
 def _ys_bytes(loop) -> int:
     """Bytes of a `for` binding's stacked per-trip outputs."""
     return _nbytes_all(loop.outputs[loop.attrs["n_state"]:])

@@ -411,8 +411,7 @@ def test_an_optimization_over_the_budget_is_extracted_again_with_memory_priced_f
     assert "memory: the fastest extraction holds" in optimized.report()
     (plan,) = optimized.checkpoint_plans
     original = optimization.original
-    extra = checkpoint.held_bytes(optimized.program) + checkpoint.taped_bytes(optimized.program) \
-        - checkpoint.held_bytes(original) - checkpoint.taped_bytes(original)
+    extra = checkpoint.kept_bytes(optimized.program) - checkpoint.kept_bytes(original)
     assert plan.planned_bytes + extra <= budget
     np.testing.assert_allclose(value, want_value, rtol=1e-5)
     for got, want in zip(grads, want_grads):
