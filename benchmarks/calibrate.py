@@ -75,11 +75,16 @@ def chain(k):
     return body
 
 
-def tape_seconds(values: int = 9, trips: int = 64, shape=(32, 256)) -> tuple[float, float]:
-    """Median host seconds of one push and of one pop, per value (copy included)."""
+TAPE_ROW = (32, 256)  # an LSTM step's residual, float32
+TAPE_ROW_BYTES = 4 * TAPE_ROW[0] * TAPE_ROW[1]
+
+
+def tape_seconds(values: int = 9, trips: int = 64) -> tuple[float, float]:
+    """Median host seconds of one push and of one pop of a `TAPE_ROW`, per value (copy
+    included)."""
     push_all, pop_all = tvm.get_global_func("egad.tape_push_all"), tvm.get_global_func("egad.tape_pop_all")
     alloc = tvm.get_global_func("egad.tape_alloc")
-    rows = [tvm.runtime.tensor(f32(*shape), tvm.cpu()) for _ in range(values)]
+    rows = [tvm.runtime.tensor(f32(*TAPE_ROW), tvm.cpu()) for _ in range(values)]
     pushes, pops = [], []
     for _ in range(7):
         handles = [alloc() for _ in range(values)]
@@ -126,11 +131,10 @@ def main() -> int:
     dispatch = parallel - 2 * 32 * 64 * 64 / step_rate  # the small kernels have 32 rows
     model = TARGETS["cpu"]
     push, pop = tape_seconds()
-    priced = dispatch + 2 * 4 * 32 * 256 / bandwidth  # a push priced like any op, at the rates measured here
-    tape_push = push - priced
+    tape_push = push - (dispatch + 2 * TAPE_ROW_BYTES / bandwidth)  # beyond its price as an op, at the rates here
+    modelled = model.dispatch_seconds + 2 * TAPE_ROW_BYTES / model.bytes_per_second
     print(f"a tape push costs {push * 1e6:.1f} us a value, a pop {pop * 1e6:.1f} us (32x256 float32); "
-          f"the model prices each at {(model.dispatch_seconds + 2 * 4 * 32 * 256 / model.bytes_per_second) * 1e6:.1f} us "
-          f"plus {model.tape_push_seconds * 1e6:.1f} us a push")
+          f"the model prices each at {modelled * 1e6:.1f} us plus {model.tape_push_seconds * 1e6:.1f} us a push")
     print(f"a tiny serial kernel costs {tiny * 1e6:.2f} us in a loop; a small parallel one {parallel * 1e6:.2f} us")
     print(f"matmuls run at {step_rate / 1e9:.0f} GFlop/s on 32 rows, {batched_rate / 1e9:.0f} on 2048")
     rows = [("dispatch seconds (per kernel in a loop)", dispatch, model.dispatch_seconds),
