@@ -236,11 +236,13 @@ class _Tape:
             return self.copies.pop()
         self.rows -= 1
         row = self._row_tensor(self.rows)
-        if self.rows == 0:
-            # AD pushes a tape's rows before it pops any, so an empty tape is done with: its slabs go
-            # back now, not when the call returns (a checkpointed loop makes fresh tapes per segment)
-            _SPARE_BUFFERS.watch(slab.base for slab in self.slabs)
-            self.slabs, self.handed_out = [], []
+        slab, at = self._locate(self.rows)
+        if at == 0:
+            # the last slab holds no rows now: it goes back (once the VM drops the row just popped from
+            # it), not when the call returns, so a tape shrinks as the adjoint pops it. Binomial checkpoints
+            # (egad/ad/binomial.py) count on it; a checkpointed loop makes fresh tapes per segment.
+            _SPARE_BUFFERS.watch([self.slabs[slab].base])
+            del self.slabs[slab:], self.handed_out[slab:]
         return row
 
     def _fits(self, source: np.ndarray) -> bool:

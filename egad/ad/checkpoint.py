@@ -49,6 +49,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import numpy as np
+
 from .. import source
 from ..errors import EgadError, message
 from ..cost_model import concrete, nbytes
@@ -59,9 +61,11 @@ from ..frontend.tracer import Tracer
 from ..ir.program import Program, Region, walk_bindings
 from ..ir.types import TapeType, TensorType
 from ..ir.verify import verify
+from . import binomial
 from .transform import CHECKPOINT_ATTR, clone_region
 
 _COUNTER = TensorType((), "int64", weak=True)
+SEGMENT_BOUNDS_BYTES = 16  # AD tapes each segment loop's bounds (two int64) beside its state
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,25 +81,38 @@ class LoopPolicy:
     state_bytes: int  # S: bytes of the carried state (one checkpoint)
     nested: tuple[int, ...] = ()
     kind: str = "for"  # "for", or "while": its trips are those it ran on the example inputs
+    cuts: tuple[tuple[int, ...], ...] = ()  # binomial: each level's cut positions (egad/ad/binomial.py)
 
     @property
     def chain(self) -> tuple[int, ...]:
-        """The segment length of every level, outermost first (empty for store-all)."""
+        """The segment length of every level, outermost first (empty for store-all and binomial)."""
         return () if self.every is None else (self.every, *self.nested)
+
+    @property
+    def checkpoint_bytes(self) -> int:
+        """Bytes a segment tapes at its start: the state, and its loop's two int64 bounds."""
+        return self.state_bytes + SEGMENT_BOUNDS_BYTES
+
+    @property
+    def checkpointed(self) -> bool:
+        """Whether the adjoint recomputes the loop (every-k or binomial) instead of storing all."""
+        return self.every is not None or bool(self.cuts)
 
     @property
     def recomputations(self) -> int:
         """Extra forward passes over the loop that the adjoint runs (one per level)."""
-        return len(self.chain)
+        return len(self.cuts) or len(self.chain)
 
     @property
     def bytes(self) -> int:
         """Tape bytes under this policy (a trip count known only at run time counts as 1)."""
+        if self.cuts:
+            return binomial.peak_bytes(self.cuts, self.checkpoint_bytes, self.residual_bytes)
         if self.every is None:
             return (self.trips or 1) * self.residual_bytes
         chain = self.chain
         states = math.ceil(self.trips / chain[0]) + sum(outer // inner for outer, inner in zip(chain, chain[1:]))
-        return states * self.state_bytes + chain[-1] * self.residual_bytes
+        return states * self.checkpoint_bytes + chain[-1] * self.residual_bytes
 
     def __str__(self) -> str:
         if self.trips is None:
@@ -107,6 +124,12 @@ class LoopPolicy:
         if self.nested:
             policy += "".join(f", then every {k} within each" for k in self.nested)
             policy += f" ({self.recomputations} extra forward passes)"
+        if self.cuts:
+            lengths = np.diff(self.cuts[0])
+            policy = (f"binomial checkpoints: {len(lengths)} segments of {lengths.max()} down to "
+                      f"{lengths.min()} trips" + "".join(f", cut into {len(level) - 1} at level {n + 2}"
+                                                          for n, level in enumerate(self.cuts[1:]))
+                      + f" ({self.recomputations} extra forward pass{'es' if self.recomputations > 1 else ''})")
         trips = f"{self.trips} trips" if self.kind == "for" else f"{self.trips} trips on the example inputs"
         line = (f"{self.kind} loop at {self.where} ({trips}): {policy}, {_mb(self.bytes)} of tapes "
                 f"(store-all {_mb(self.trips * self.residual_bytes)})")
@@ -133,7 +156,9 @@ class CheckpointPlan:
         """`program` with every checkpointed loop segmented (loops from the last, so
         that the indices of the earlier ones stay valid)."""
         for policy in sorted(self.policies, key=lambda p: -p.loop):
-            if policy.every is not None:
+            if policy.cuts:
+                program = segment_at(program, policy.loop, policy.cuts)
+            elif policy.every is not None:
                 program = segment(program, policy.loop, *policy.chain)
         return program
 
@@ -172,6 +197,86 @@ def segment(program: Program, loop: int, k: int, *deeper: int) -> Program:
     return verify(dataclasses.replace(program, region=region))
 
 
+def segment_at(program: Program, loop: int, levels: tuple[tuple[int, ...], ...]) -> Program:
+    """`program` with its `loop`-th top-level loop (a `for` with a static trip count T
+    and no per-trip outputs) cut at uneven positions: `levels[0]` are where its
+    segments start (0 and T included), each deeper level's cuts refine the one above
+    (egad/ad/binomial.py computes binomial ones). Every loop inside the outermost is
+    marked for recomputation, as `segment` marks them."""
+    loops = top_level_loops(program)
+    if not 0 <= loop < len(loops):
+        raise EgadError(message(f"there is no top-level loop number {loop}",
+                                where=f"program {program.name} ({len(loops)} top-level for/while loops)"))
+    binding = loops[loop]
+    trips = _trips(binding) if binding.op == "for" else None
+    where = f"the loop at {binding.loc.long()}"
+    if trips is None:
+        raise EgadError(message("cutting a loop at given positions needs a `for` loop with a static trip count",
+                                where=where, instead="use segment(program, loop, k) (every-k), which also splits "
+                                                     "`while` loops and loops over ranges known only at run time"))
+    if len(binding.outputs) > binding.attrs["n_state"]:
+        raise EgadError(message("a loop with per-trip outputs cannot be cut into segments of different lengths",
+                                where=where, instead="use segment(program, loop, k) with k dividing the trip count"))
+    above: set[int] = {0, trips}
+    for level in levels:
+        if list(level) != sorted(set(level)) or level[0] != 0 or level[-1] != trips or not above <= set(level):
+            raise EgadError(message(f"cut positions {list(level)} are not a refinement of {sorted(above)} "
+                                    f"within 0..{trips}", where=where,
+                                    instead="give every level's positions sorted, from 0 to the trip count, "
+                                            "including the level above's"))
+        above = set(level)
+    if binding.attrs.get("reverse"):  # a reverse loop runs its last segment first: mirror the cuts
+        levels = tuple(tuple(trips - p for p in reversed(level)) for level in levels)
+    new_bindings, replacement = _cut_loop(binding, tuple(levels))
+    region = _replace_loop(program.region, binding, new_bindings, replacement)
+    return verify(dataclasses.replace(program, region=region))
+
+
+def _cut_loop(binding, levels: tuple[tuple[int, ...], ...]) -> tuple[list, list]:
+    """The bindings that replace the `for` `binding` cut at `levels` (`segment_at`),
+    and the values that replace its outputs. Level d's loop runs over its segment
+    numbers; a segment of level d - 1 holds its segments `firsts[d][j]` up to
+    `firsts[d][j + 1]`; the innermost loop runs the trips of one segment of the last
+    level, `lo + cuts[i]` up to `lo + cuts[i + 1]`."""
+    n_state = binding.attrs["n_state"]
+    body = binding.regions[0]
+    lo = binding.inputs[0]
+    inits, invariants = binding.inputs[2:2 + n_state], binding.inputs[2 + n_state:]
+    state_types = [v.type for v in binding.outputs[:n_state]]
+    hints = [p.hint for p in body.params[1:1 + n_state]]
+    firsts = [None] + [np.searchsorted(np.asarray(inner), np.asarray(outer)) for outer, inner in zip(levels, levels[1:])]
+    plain_attrs = {"n_state": n_state, "reverse": binding.attrs.get("reverse", False), "trip_dim": None}
+    loop_attrs = {**plain_attrs, CHECKPOINT_ATTR: True}
+
+    def segments(depth: int) -> Region:
+        """The body of level `depth`'s loop: one segment, run as the loop inside it."""
+        with context.open_region("segment", top_level=True) as seg:
+            index = Tracer(seg, seg.add_param(_COUNTER, "segment"))
+            state = [Tracer(seg, seg.add_param(t, hint)) for t, hint in zip(state_types, hints)]
+            invs = [Tracer(seg, seg.add_param(v.type, v.hint)) for v in invariants]
+            base = Tracer(seg, seg.add_param(lo.type, "lo"))
+            if depth == len(levels) - 1:
+                starts = enp.asarray(np.asarray(levels[depth], np.int64))
+                inner = record("for", [base + enp.take(starts, index), base + enp.take(starts, index + 1),
+                                       *state, *invs], {**binding.attrs, **loop_attrs},
+                               state_types, (clone_region(body),))
+            else:
+                first = enp.asarray(np.asarray(firsts[depth + 1], np.int64))
+                inner = record("for", [enp.take(first, index), enp.take(first, index + 1), *state, *invs, base],
+                               loop_attrs, state_types, (segments(depth + 1),))
+            results = [seg.resolve(x) for x in inner]
+        return Region(tuple(seg.params), seg.bindings, tuple(results), "segment")
+
+    with context.open_region("program", top_level=True) as top, source.located_at(binding.loc):
+        outer_body = segments(0)
+        count = len(levels[0]) - 1
+        outer = record("for", [0, count, *(Tracer(top, v) for v in inits), *(Tracer(top, v) for v in invariants),
+                               Tracer(top, lo)],
+                       {**plain_attrs, "trip_dim": count}, state_types, (outer_body,))
+        replacement = [top.resolve(x) for x in outer]
+    return top.bindings, replacement
+
+
 def _split_in_region(region: Region, binding, chain: tuple[int, ...], mark_outer: bool) -> Region:
     """`region` with `binding` (a `for` or `while` of it) split every chain[0] trips, and
     the resulting segment loop split again by the rest of `chain`."""
@@ -184,6 +289,11 @@ def _split_in_region(region: Region, binding, chain: tuple[int, ...], mark_outer
         split = dataclasses.replace(
             outer, regions=(*other_regions, _split_in_region(segment_region, inner, chain[1:], True)))
         new_bindings = [split if b is outer else b for b in new_bindings]
+    return _replace_loop(region, binding, new_bindings, replacement)
+
+
+def _replace_loop(region: Region, binding, new_bindings: list, replacement: list) -> Region:
+    """`region` with `binding` replaced by `new_bindings`, its outputs by `replacement`."""
     renamed = {old.uid: new for old, new in zip(binding.outputs, replacement)}
     bindings = []
     for b in region.bindings:
@@ -324,10 +434,13 @@ def plan(program: Program, wrt=(0,), memory_budget: int | None = None, has_aux: 
         has_ys = len(loops[n].outputs) > loops[n].attrs["n_state"]
         candidates = [dataclasses.replace(policy, every=chain[0], nested=chain[1:])
                       for chain in _chains(policy.trips, has_ys)]
+        if loops[n].op == "for" and not has_ys:
+            candidates += _binomial(policy, memory_budget - others)
         fitting = [c for c in candidates if others + c.bytes <= memory_budget]
-        # fewest levels (forward passes); then k dividing T, so that every segment has k trips and static
-        # shapes (exact sizes for the e-graph's cost model and for `held_bytes`); then the largest segments
-        fitting.sort(key=lambda c: (-c.recomputations, policy.trips % c.every == 0, c.chain))
+        # fewest levels (forward passes); then even segments, k dividing T if it can, so that every segment
+        # has k trips and static shapes (exact sizes for the e-graph's cost model and for `held_bytes`);
+        # binomial cuts (uneven segments) only where no even ones fit; then the largest segments
+        fitting.sort(key=lambda c: (-c.recomputations, _evenness(c), c.chain))
         policies[n] = fitting[-1] if fitting else min(candidates, key=lambda c: (c.bytes, c.recomputations))
     note = ""
     if sum(p.bytes for p in policies) > memory_budget:
@@ -350,6 +463,25 @@ def _chains(trips: int, has_ys: bool) -> list[tuple[int, ...]]:
         chains += frontier
         frontier = [chain for chain in frontier if chain[-1] > 1]
     return chains
+
+
+def _binomial(policy: LoopPolicy, room: int) -> list[LoopPolicy]:
+    """Per number of levels, the binomial policy that cuts the fewest segments within
+    `room` bytes, or the least-memory one where `room` is too little."""
+    out = []
+    for levels in range(1, MAX_LEVELS + 1):
+        least = binomial.least_memory(policy.trips, levels, policy.checkpoint_bytes, policy.residual_bytes)
+        cuts = binomial.cuts(policy.trips, levels, policy.checkpoint_bytes, policy.residual_bytes, max(least, room))
+        out.append(dataclasses.replace(policy, cuts=cuts))
+    return out
+
+
+def _evenness(policy: LoopPolicy) -> int:
+    """2 for even segments of k dividing the trip count, 1 for even ones with a short
+    last segment, 0 for binomial (uneven) cuts: how static the segments' shapes are."""
+    if policy.cuts:
+        return 0
+    return 1 + (policy.trips % policy.every == 0)
 
 
 def _trip_counts(program: Program, loops: list, example_args) -> list[int | None]:

@@ -101,7 +101,7 @@ def test_checkpointed_gradients_match_finite_differences():
     args = arguments(seed=3)
     program = egad.trace(rnn_loss, *args)
     plan = checkpoint.plan(program, wrt=(0, 1), memory_budget=1)
-    assert plan.policies[0].every is not None
+    assert plan.policies[0].checkpointed
     grads = egad.interpret(egad.grad(plan.apply(program), wrt=(0, 1)), *args)
     assert_gradients_match(rnn_loss, args, wrt=(0, 1), grads=grads)
 
@@ -125,13 +125,14 @@ def test_a_budget_above_store_all_keeps_store_all_and_one_below_reach_says_so():
     roomy = checkpoint.plan(program, wrt=(0,), memory_budget=10**9)
     assert [p.every for p in roomy.policies] == [None] and roomy.planned_bytes == roomy.store_all_bytes
     tight = checkpoint.plan(program, wrt=(0,), memory_budget=1)
-    assert tight.policies[0].every is not None and "least-memory plan" in tight.note
+    assert tight.policies[0].checkpointed and "least-memory plan" in tight.note
     policy = tight.policies[0]
-    single_level = min(checkpoint.LoopPolicy(0, "", T, k, policy.residual_bytes, policy.state_bytes).bytes
-                       for k in range(1, T))
-    assert policy.nested and policy.bytes < single_level  # a deeper chain reaches less than any one level
-    assert policy.bytes == min(checkpoint.LoopPolicy(0, "", T, chain[0], policy.residual_bytes, policy.state_bytes,
-                                                     chain[1:]).bytes for chain in checkpoint._chains(T, False))
+    store_all = dataclasses.replace(policy, cuts=())
+    even = [dataclasses.replace(store_all, every=chain[0], nested=chain[1:]).bytes
+            for chain in checkpoint._chains(T, False)]
+    binomial = [p.bytes for p in checkpoint._binomial(store_all, room=1)]
+    assert policy.cuts and policy.bytes < min(even)  # uneven cuts reach less than any even chain
+    assert policy.bytes == min(even + binomial)
 
 
 @pytest.mark.parametrize("chain", [(8, 4), (8, 2), (8, 4, 2), (8, 4, 2, 1), (16, 4, 1)])
@@ -171,22 +172,26 @@ def test_each_level_costs_a_forward_pass_and_saves_tape_memory(monkeypatch):
     assert peaks[0] > peaks[1] > peaks[2] > peaks[3], peaks
 
 
-def test_a_budget_below_one_level_plans_two_and_the_report_says_so():
+def test_a_budget_below_even_segments_cuts_binomial_ones_then_two_levels():
     args = arguments(steps=64)
     program = egad.trace(rnn_loss, *args)
     roomy = checkpoint.plan(program, wrt=(0, 1, 3), memory_budget=10**9)
     (store_all,) = roomy.policies
-    one_level = min(dataclasses.replace(store_all, every=k).bytes for k in range(1, 64))
-    plan = checkpoint.plan(program, wrt=(0, 1, 3), memory_budget=one_level - 1)
-    (policy,) = plan.policies
-    assert len(policy.chain) == 2 and policy.bytes <= one_level - 1 and not plan.note
-    assert "then every" in str(policy) and "2 extra forward passes" in str(policy)
+    even_one_level = min(dataclasses.replace(store_all, every=k).bytes for k in range(1, 64))
+    (binomial_one_level, *_) = checkpoint._binomial(store_all, room=1)
+    assert binomial_one_level.bytes < even_one_level
     (want_value, want_grads), _ = _store_all(program, args)
-    _, peak = _store_all(plan.apply(program), args)
-    assert peak <= 1.5 * plan.planned_bytes
-    got_value, got_grads = egad.interpret(egad.value_and_grad(plan.apply(program), wrt=(0, 1, 3)), *args)
-    for got, want in zip(got_grads, want_grads):
-        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+    for budget, levels, says in [(even_one_level - 1, 1, "binomial checkpoints"),
+                                 (binomial_one_level.bytes - 1, 2, "2 extra forward passes")]:
+        plan = checkpoint.plan(program, wrt=(0, 1, 3), memory_budget=budget)
+        (policy,) = plan.policies
+        assert policy.recomputations == levels and policy.bytes <= budget and not plan.note
+        assert says in str(policy)
+        _, peak = _store_all(plan.apply(program), args)
+        assert peak <= 1.5 * plan.planned_bytes
+        got_value, got_grads = egad.interpret(egad.value_and_grad(plan.apply(program), wrt=(0, 1, 3)), *args)
+        for got, want in zip(got_grads, want_grads):
+            np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
 
 
 def test_a_deeper_level_must_divide_the_one_above():
@@ -328,7 +333,8 @@ def test_optimize_with_a_memory_budget_builds_the_checkpointed_gradient():
     program = egad.trace(rnn_loss, *args)
     report = _optimized_within_budget(rnn_loss, args).report()
     assert "checkpointing: memory budget 256 B" in report and "checkpoints" in report
-    assert "then every" in report  # below one level's reach: a two-level plan, compiled as nested loops
+    # below one level's reach: two levels of cuts, compiled as nested loops
+    assert "2 extra forward passes" in report or "3 extra forward passes" in report
     with pytest.raises(ArgumentError, match="memory_budget"):
         egad.optimize(program, memory_budget=-1)
 

@@ -164,3 +164,21 @@ def test_an_emptied_tapes_slabs_serve_the_next_tape_of_the_same_call(monkeypatch
         third.push(tensor(np.full(3, 5 + k, np.float32)))
     assert third.slabs[1].base.ctypes.data == slabs[1]  # no longer read: reused, no fresh memory
     np.testing.assert_array_equal(third.pop().numpy(), np.full(3, 7, np.float32))
+
+
+def test_a_tape_gives_back_each_slab_as_its_last_row_is_popped(monkeypatch, small_slabs):
+    """Binomial checkpoints (egad/ad/binomial.py) hold fewer checkpoints as the
+    adjoint sweeps back: a tape's memory must shrink with its rows, not only once
+    it is empty."""
+    spare = runtime._SpareBuffers()
+    monkeypatch.setattr(runtime, "_SPARE_BUFFERS", spare)
+    tape = runtime._Tape()
+    for k in range(7):  # slabs of 1, 2 and 4 rows
+        tape.push(tensor(np.full(3, k, np.float32)))
+    assert [len(slab) for slab in tape.slabs] == [1, 2, 4]
+    popped = [tape.pop().numpy()[0] for _ in range(4)]  # views dropped at once
+    assert popped == [6, 5, 4, 3] and [len(slab) for slab in tape.slabs] == [1, 2]
+    spare.reclaim()
+    assert spare.bytes >= 4 * 64  # the 4-row slab is spare memory now
+    tape.push(tensor(np.full(3, 9, np.float32)))  # a push after pops lands in a fresh slab
+    assert [tape.pop().numpy()[0] for _ in range(4)] == [9, 2, 1, 0] and tape.slabs == []
