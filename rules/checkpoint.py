@@ -54,14 +54,15 @@ rows too. Every-k policies for k > 1 are written outside the e-graph:
 `egad.optimize(..., memory_budget=bytes)` plans one policy per top-level `for` loop
 with a static trip count and per top-level `while` loop (egad/ad/checkpoint.py:
 store-all where the budget allows, else every-k checkpointing with the k that fits,
-nested over as many levels as the budget needs; a `while` loop's k is planned for the
+nested over as many levels as the budget needs, or binomial (uneven) cuts where even
+segments would need one more level; a `while` loop's k is planned for the
 trips it runs on the example inputs) and differentiates the segmented program, whose
 adjoint recomputes each segment's residuals from its checkpointed state; the e-graph
 then optimizes that gradient.
 
-Still to do, and why it would live here: every-k (k > 1) and Revolve as whole-loop
-alternatives, so that the extractor weighs them under `memory_budget` with the rest
-(today the budget's every-k is planned before the e-graph); online (Stumm-Walther)
+Still to do, and why it would live here: every-k (k > 1) and binomial cuts as
+whole-loop alternatives, so that the extractor weighs them under `memory_budget` with
+the rest (today the budget's policies are planned before the e-graph); online (Stumm-Walther)
 policies that bound a `while` loop's checkpoints for any T.
 """
 from __future__ import annotations
@@ -78,9 +79,9 @@ from .loop_body import copy_body, copy_recorder, copy_region, loop_body
 from .patterns import int_constant
 from .registry import family
 
-CHECKPOINT = family("checkpoint", __doc__, todo="every-k (k > 1), Revolve and online policies as e-graph "
-                    "alternatives, chosen under memory_budget by the extractor (every-k, for and while, is planned "
-                    "outside the e-graph: egad/ad/checkpoint.py)")
+CHECKPOINT = family("checkpoint", __doc__, todo="every-k (k > 1), binomial and online policies as e-graph "
+                    "alternatives, chosen under memory_budget by the extractor (every-k, for and while, and "
+                    "binomial cuts are planned outside the e-graph: egad/ad/checkpoint.py)")
 
 STACK = "stack-taped-residuals"
 RECOMPUTE = "recompute-taped-residuals"

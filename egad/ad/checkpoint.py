@@ -21,13 +21,20 @@ adjoint then re-runs it taping only its sub-segments' states, and each
 sub-segment is re-run in turn: one more forward pass per level, for
 ceil(T/k) x S + (k/k1) x S + ... + k_last x R bytes. With levels halving down to
 one trip this is the recursive-halving schedule: log2(T) extra forward passes for
-about 2 log2(T) states, the least memory these policies reach. Revolve's binomial
-schedule reaches a given memory with fewer passes (it places checkpoints
-unevenly); the nested every-k policies here keep every segment's shapes static.
+about 2 log2(T) states.
+
+Binomial checkpoints (egad/ad/binomial.py, `segment_at(program, loop, cuts)`): the
+same nested loops cut at uneven positions, the first segments longest. The
+adjoint reaches segment j with only checkpoints 0..j held (compiled tapes give
+their memory back as they are popped), so segment j may tape what the later
+checkpoints took: the same memory with fewer levels, as Revolve's schedule (one
+level: about sqrt(2 T S R) bytes where even segments need 2 sqrt(T S R)). The
+segments' lengths vary, so their residuals' shapes are not static.
 
 `plan(program, wrt, budget)` picks one policy per loop under a byte budget
 (`egad.optimize(..., memory_budget=...)`): store-all where it fits, else the
-fewest levels that fit (one level first: one extra forward pass).
+fewest levels that fit (one level first: one extra forward pass); at a number
+of levels, even segments where they fit, else binomial ones.
 
     plan = checkpoint.plan(program, wrt=(0,), memory_budget=store_all_bytes // 8)
     gradient = egad.value_and_grad(plan.apply(program), wrt=(0,))
@@ -41,7 +48,7 @@ checkpoints (one per k trips), never more residuals than k trips' worth.
 Scope: top-level `for` loops with a static trip count (`fori_loop`/`scan` over
 static lengths) and top-level `while` loops; `for` loops with per-trip outputs
 (`scan` ys) need k to divide T, and each deeper level's k must divide the one
-above. Revolve's uneven (binomial) schedule and online policies that thin
+above; binomial cuts take `for` loops without ys only. Online policies that thin
 checkpoints as a `while` loop runs on (bounded memory for any T) are not written.
 """
 from __future__ import annotations
