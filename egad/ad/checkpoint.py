@@ -474,12 +474,15 @@ def _chains(trips: int, has_ys: bool) -> list[tuple[int, ...]]:
 
 def _binomial(policy: LoopPolicy, room: int) -> list[LoopPolicy]:
     """Per number of levels, the binomial policy that cuts the fewest segments within
-    `room` bytes, or the least-memory one where `room` is too little."""
+    `room` bytes, or the least-memory one where `room` is too little; none deeper
+    than the first that fits (more levels cost more forward passes)."""
     out = []
     for levels in range(1, MAX_LEVELS + 1):
         least = binomial.least_memory(policy.trips, levels, policy.checkpoint_bytes, policy.residual_bytes)
         cuts = binomial.cuts(policy.trips, levels, policy.checkpoint_bytes, policy.residual_bytes, max(least, room))
         out.append(dataclasses.replace(policy, cuts=cuts))
+        if least <= room:
+            break
     return out
 
 
