@@ -224,6 +224,9 @@ def segment_at(program: Program, loop: int, levels: tuple[tuple[int, ...], ...])
     if len(binding.outputs) > binding.attrs["n_state"]:
         raise EgadError(message("a loop with per-trip outputs cannot be cut into segments of different lengths",
                                 where=where, instead="use segment(program, loop, k) with k dividing the trip count"))
+    if not levels:
+        raise EgadError(message("no cut positions given", where=where,
+                                instead="give at least one level: segment_at(program, loop, ((0, 10, 16),))"))
     above: set[int] = {0, trips}
     for level in levels:
         if list(level) != sorted(set(level)) or level[0] != 0 or level[-1] != trips or not above <= set(level):

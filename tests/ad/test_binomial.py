@@ -97,5 +97,7 @@ def test_cuts_that_do_not_refine_or_a_loop_with_per_trip_outputs_are_refused():
     for bad in [((0, 5, 12), (0, 6, 12)), ((0, 5, 11),), ((0, 7, 5, 12),)]:
         with pytest.raises(EgadError, match="not a refinement"):
             checkpoint.segment_at(program, 0, bad)
+    with pytest.raises(EgadError, match="no cut positions"):
+        checkpoint.segment_at(program, 0, ())
     with pytest.raises(EgadError, match="per-trip outputs"):
         checkpoint.segment_at(egad.trace(scan_loss, *arguments()), 0, ((0, 5, 12),))
