@@ -13,7 +13,10 @@
     store-all tape bytes, beside the same build without a budget. Targets: peak
     during the call - C <= budget, where C is the peak of the store-all call at T=1
     (arguments, outputs and workspace: what does not grow with T); step time <= 2x
-    store-all's; gradients equal store-all's (relative 1e-4).
+    store-all's; gradients equal store-all's (relative 1e-4). Two more builds, at 1/40
+    and 1/64 of store-all, are below what one level of even segments reaches: the plan
+    cuts binomial segments (one extra pass) and nests two even levels; printed beside
+    their budgets, without a target.
 
 "Peak during the call" is VmHWM - VmRSS before the call: the child builds, warms
 up, trims malloc's free memory, resets the kernel's high-water mark (writing 5 to /proc/self/clear_refs; Linux
