@@ -24,6 +24,9 @@ adjoint. Control flow keeps its structure:
 from __future__ import annotations
 
 import dataclasses
+import math
+
+import numpy as np
 
 from .. import source
 from ..errors import UnsupportedError, message
@@ -445,10 +448,11 @@ class BackwardRegion:
 
     def split(self, cts, var: Var):
         """(dense sum or None, sparse-rows list) of `var`'s cotangent: sparse rows into
-        a loop invariant along axis 0 with a static index shape stay sparse."""
+        a loop invariant along axis 0 with a static index shape stay sparse, unless a
+        trip's rows are a large part of the array (`_few_rows`)."""
         dense, sparse = None, []
         for c in cts.pop(var.uid, []):
-            if isinstance(c, SparseRows) and c.axis == 0 and _static(c.index):
+            if isinstance(c, SparseRows) and c.axis == 0 and _static(c.index) and _few_rows(c, var):
                 sparse.append(c)
                 continue
             c = c.densify() if isinstance(c, SparseRows) else c
@@ -562,6 +566,31 @@ def _tape_residuals(fb, forward: ForwardRegion, bb, backward: "BackwardRegion", 
 
 def accumulate(cts: dict[int, list], var: Var, contribution):
     cts.setdefault(var.uid, []).append(contribution)
+
+
+SPARSE_ROWS_FRACTION = 8  # a constant index's rows stay sparse only when under 1/8 of the array's
+
+
+def _few_rows(rows: SparseRows, var: Var) -> bool:
+    """Whether a trip's gradient rows into the loop invariant `var` should be stacked
+    for one scatter-add after the loop. Rows at the loop counter (xs[t]) or at
+    tokens (an embedding's B rows of V): yes. Rows at a constant index that are a
+    large part of the array (b[0] of a 4-row bias): no, they go to a dense
+    accumulator; stacking them would hold T copies of the same rows, growing with
+    the loop (4 MiB for the LSTM at T=1024), to save adding a small array per trip."""
+    table_rows = var.type.shape[0] if var.type.shape else None
+    if not isinstance(table_rows, int) or not _constant(rows.index):
+        return True
+    shape = rows.index.type.shape if is_tracer(rows.index) else np.shape(rows.index)
+    return math.prod(shape) * SPARSE_ROWS_FRACTION < table_rows
+
+
+def _constant(x) -> bool:
+    """Whether `x` is a constant: a Python or numpy value, or a tracer a `const` made."""
+    if not is_tracer(x):
+        return True
+    uid = x._var.uid
+    return any(b.op == "const" and b.outputs[0].uid == uid for b in x._builder.bindings)
 
 
 def _static(x) -> bool:
