@@ -8,6 +8,8 @@ import egad
 import egad.numpy as enp
 from egad.ir import walk_bindings
 
+from .gradcheck import assert_gradients_match
+
 RNG = np.random.default_rng(0)
 W, U = RNG.standard_normal((4, 4)), RNG.standard_normal((3, 4))
 XS, H0 = RNG.standard_normal((6, 2, 3)), np.zeros((2, 4))
@@ -103,6 +105,20 @@ def test_loop_invariant_gather_is_one_scatter_add_after_the_loop():
     assert top_level.count("index_add") == 1  # after the adjoint loop
     adjoint_body = _adjoint_loop(grad).regions[0]
     assert not any(b.op in ("index_add", "update") for b in walk_bindings(adjoint_body))
+
+
+def test_rows_at_a_constant_index_of_a_small_invariant_accumulate_densely_in_the_loop():
+    """b[0] of a 2-row bias, read every trip: stacking its gradient row per trip would
+    hold T copies, growing with the loop; a dense accumulator holds one bias."""
+    def biased(b, xs):
+        return enp.sum(egad.fori_loop(0, xs.shape[0], lambda t, h: enp.tanh(h * xs[t] + b[0] - b[1]),
+                                      enp.zeros(4)) ** 2)
+
+    b, xs = RNG.standard_normal((2, 4)), RNG.standard_normal((50, 4))
+    grad = egad.grad(egad.trace(biased, b, xs))
+    adjoint = _adjoint_loop(grad)
+    assert len(adjoint.outputs) == adjoint.attrs["n_state"]  # no per-trip rows stacked
+    assert_gradients_match(biased, (b, xs), wrt=(0,), grads=egad.interpret(grad, b, xs))
 
 
 def test_an_op_without_a_gradient_is_refused_with_its_line():
