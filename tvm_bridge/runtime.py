@@ -20,6 +20,7 @@ scalars are read through DLPack (~1 us) rather than `.numpy()` (~14 us).
 """
 from __future__ import annotations
 
+import bisect
 import itertools
 import json
 import sys
@@ -190,11 +191,13 @@ class _Tape:
     a pop hands the VM a zero-copy view of it (~1 us). Device rows, and rows whose
     shape or dtype differ from the first, are kept as tensor copies.
 
-    Slabs double from about FIRST_SLAB_BYTES up to SLAB_BYTES, then stay that size:
-    a tape never copies rows to grow, and a short one (a checkpointed segment's,
-    re-made at every segment) takes little memory. An emptied tape is done with (AD
-    pops a tape only after all its pushes): its slabs go back to `_SPARE_BUFFERS`,
-    for the next segment's tapes, once the VM drops the rows it popped.
+    Slabs grow from about FIRST_SLAB_BYTES up to SLAB_BYTES, then stay that size: a
+    tape never copies rows to grow. Each new slab holds at most a quarter of the rows
+    before it (`GROWTH`), so a tape's unused rows stay under a quarter of its rows
+    (plus one first slab): a short tape (a checkpointed segment's, re-made at every
+    segment) takes about what its rows need, as the memory budget's plan counts
+    (doubling slabs wasted up to half). A slab whose rows are all popped goes back to
+    `_SPARE_BUFFERS`, for the next tapes, once the VM drops the rows popped from it.
 
     A popped view stays valid while the VM holds it (it keeps its slab alive), so a
     push never writes into a slab that has handed out a view: such a slab is replaced
@@ -202,9 +205,10 @@ class _Tape:
 
     FIRST_SLAB_BYTES = 16 << 10
     SLAB_BYTES = 1 << 20
+    GROWTH = 4  # a new slab holds at most 1/GROWTH of the rows before it (and at least a first slab's)
 
     __slots__ = ("rows", "copies", "slabs", "handed_out", "shape", "dtype", "stride", "first", "largest",
-                 "doublings", "rows_before_largest")
+                 "growth_starts", "rows_before_largest")
 
     def __init__(self):
         self.rows = 0  # rows in the slabs (the copies, once any exist, hold every row)
@@ -251,23 +255,27 @@ class _Tape:
                 return False  # an empty row has no aligned pointer to share
             self.shape, self.dtype = source.shape, source.dtype
             self.stride = -(-source.nbytes // 64) * 64  # rows start 64-byte aligned
-            # slab sizes in rows, powers of two: first, 2 first, 4 first, ... largest, largest, ...
-            self.largest = 1 << (max(1, self.SLAB_BYTES // self.stride).bit_length() - 1)
-            self.first = min(self.largest, 1 << (max(1, self.FIRST_SLAB_BYTES // self.stride).bit_length() - 1))
-            self.doublings = (self.largest // self.first).bit_length() - 1
-            self.rows_before_largest = self.first * ((1 << self.doublings) - 1)
+            # slab sizes in rows: first, first, ..., then each a quarter of the rows before it, up to
+            # largest, then largest, largest, ...; growth_starts: where each growing slab starts
+            self.largest = max(1, self.SLAB_BYTES // self.stride)
+            self.first = min(self.largest, max(1, self.FIRST_SLAB_BYTES // self.stride))
+            starts = [0]
+            while (size := max(self.first, starts[-1] // self.GROWTH)) < self.largest:
+                starts.append(starts[-1] + size)
+            self.growth_starts, self.rows_before_largest = tuple(starts), starts[-1]
         return source.shape == self.shape and source.dtype == self.dtype
 
     def _locate(self, k: int) -> tuple[int, int]:
         """(slab, row in it) of the tape's k-th row."""
         if k < self.rows_before_largest:
-            slab = (k // self.first + 1).bit_length() - 1
-            return slab, k - self.first * ((1 << slab) - 1)
+            slab = bisect.bisect_right(self.growth_starts, k) - 1
+            return slab, k - self.growth_starts[slab]
         slab, row = divmod(k - self.rows_before_largest, self.largest)
-        return self.doublings + slab, row
+        return len(self.growth_starts) - 1 + slab, row
 
     def _capacity(self, slab: int) -> int:
-        return self.first << slab if slab < self.doublings else self.largest
+        growing = len(self.growth_starts) - 1
+        return self.growth_starts[slab + 1] - self.growth_starts[slab] if slab < growing else self.largest
 
     def _new_slab(self, rows: int) -> np.ndarray:
         raw = _SPARE_BUFFERS.take(rows * self.stride + 64)
@@ -299,15 +307,37 @@ class _SpareBuffers:
         self.lock = threading.Lock()
 
     def take(self, size: int) -> np.ndarray:
+        """A buffer of at least `size` bytes: a spare one of that size, else the smallest
+        spare one up to twice as large (a tape's slabs come in many sizes, and the slabs
+        a shrinking tape gives back should serve the next tapes), else a fresh one."""
         for attempt in range(2):
             with self.lock:
+                if not self.free.get(size):
+                    size = min((s for s, spare in self.free.items() if spare and size < s <= 2 * size),
+                               default=size)
                 spare = self.free.get(size)
                 if spare:
                     self.bytes -= size
                     return spare.pop()
             if attempt == 0:
                 self.reclaim()  # buffers of tapes emptied earlier in this call, if nothing reads them now
+        self._evict(size)
         return np.empty(size, np.uint8)
+
+    def _evict(self, size: int) -> None:
+        """Let go of `size` bytes of spare buffers, the largest first: none of them served
+        this request, and kept they would add to what the process holds (a shrinking
+        tape's slabs come in sizes that later tapes may never ask for)."""
+        with self.lock:
+            freed = 0
+            for spare_size in sorted(self.free, reverse=True):
+                spare = self.free[spare_size]
+                while spare and freed < size:
+                    spare.pop()
+                    freed += spare_size
+                    self.bytes -= spare_size
+                if freed >= size:
+                    break
 
     def aligned(self, shape: tuple, dtype) -> np.ndarray:
         """A 64-byte aligned C-contiguous array (TVM kernels assume the alignment) on a

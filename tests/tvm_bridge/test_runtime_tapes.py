@@ -15,9 +15,11 @@ def tensor(value):
 
 @pytest.fixture
 def small_slabs(monkeypatch):
-    """Slabs of 1, 2, then 4 rows of 3 float32 (padded to 64 bytes), so tests cross slabs."""
+    """Slabs of 1, 1, 2, then 4 rows of 3 float32 (padded to 64 bytes; each new slab as
+    large as the rows before it), so tests cross slabs."""
     monkeypatch.setattr(runtime._Tape, "FIRST_SLAB_BYTES", 64)
     monkeypatch.setattr(runtime._Tape, "SLAB_BYTES", 4 * 64)
+    monkeypatch.setattr(runtime._Tape, "GROWTH", 1)
 
 
 def test_rows_come_back_last_in_first_out_across_slabs(small_slabs):
@@ -25,7 +27,7 @@ def test_rows_come_back_last_in_first_out_across_slabs(small_slabs):
     rows = [np.arange(3, dtype=np.float32) + 10 * k for k in range(8)]
     for row in rows:
         tape.push(tensor(row))
-    assert [len(slab) for slab in tape.slabs] == [1, 2, 4, 4]
+    assert [len(slab) for slab in tape.slabs] == [1, 1, 2, 4]
     for row in reversed(rows):
         popped = tape.pop()
         assert popped.data_ptr() % 64 == 0  # the VM's kernels assume 64-byte aligned buffers
@@ -33,7 +35,7 @@ def test_rows_come_back_last_in_first_out_across_slabs(small_slabs):
 
 
 @pytest.mark.parametrize("row_bytes", [4, 64, 3000, 40_000, 2 << 20])
-def test_slabs_double_up_to_their_largest_and_every_row_has_its_own_place(row_bytes):
+def test_slabs_grow_by_a_quarter_up_to_their_largest_and_every_row_has_its_own_place(row_bytes):
     tape = runtime._Tape()
     assert tape._fits(np.zeros(row_bytes // 4, np.float32))
     places = [tape._locate(k) for k in range(300)]
@@ -43,7 +45,11 @@ def test_slabs_double_up_to_their_largest_and_every_row_has_its_own_place(row_by
     assert places == [(slab, row) for slab, size in enumerate(capacities) for row in range(size)][:300]
     assert capacities[0] * tape.stride <= max(tape.FIRST_SLAB_BYTES, tape.stride)
     assert max(capacities) * tape.stride <= max(tape.SLAB_BYTES, tape.stride)
-    assert all(b in (a, 2 * a) for a, b in zip(capacities, capacities[1:]))
+    starts = np.cumsum([0, *capacities])
+    # a short tape wastes little: no slab holds more than a quarter of the rows before it (or a first slab)
+    assert all(size <= max(capacities[0], start // tape.GROWTH) or size == max(capacities)
+               for size, start in zip(capacities, starts))
+    assert capacities == sorted(capacities)
 
 
 def test_a_push_never_overwrites_a_popped_row_still_held(small_slabs):
@@ -148,22 +154,37 @@ def test_an_emptied_tapes_slabs_serve_the_next_tape_of_the_same_call(monkeypatch
     spare = runtime._SpareBuffers()
     monkeypatch.setattr(runtime, "_SPARE_BUFFERS", spare)
     first = runtime._Tape()
-    for k in range(3):
+    for k in range(3):  # slabs of 1, 1 and 2 rows
         first.push(tensor(np.full(3, k, np.float32)))
-    slabs = [slab.base.ctypes.data for slab in first.slabs]
+    held_slab = first.slabs[2].base.ctypes.data
     held = first.pop()  # the VM still reads the last row popped...
     first.pop(), first.pop()
     assert first.slabs == [] and spare.bytes == 0
     second = runtime._Tape()
-    second.push(tensor(np.full(3, 9, np.float32)))
+    for k in range(3):
+        second.push(tensor(np.full(3, 9, np.float32)))
     assert held.numpy()[0] == 2  # ...so the slab holding it is not handed out again
-    assert second.slabs[0].base.ctypes.data != slabs[1]
+    assert second.slabs[2].base.ctypes.data != held_slab
     del held
     third = runtime._Tape()
     for k in range(3):
         third.push(tensor(np.full(3, 5 + k, np.float32)))
-    assert third.slabs[1].base.ctypes.data == slabs[1]  # no longer read: reused, no fresh memory
+    # no longer read: reused (for any slab it is large enough for), no fresh memory
+    assert held_slab in [slab.base.ctypes.data for slab in third.slabs]
     np.testing.assert_array_equal(third.pop().numpy(), np.full(3, 7, np.float32))
+
+
+def test_a_spare_buffer_up_to_twice_the_size_serves_and_a_miss_lets_unused_ones_go(monkeypatch):
+    spare = runtime._SpareBuffers()
+    monkeypatch.setattr(runtime, "_SPARE_BUFFERS", spare)
+    buffers = {size: np.empty(size, np.uint8) for size in (1000, 3000, 5000)}
+    for raw in buffers.values():
+        spare._keep(raw)
+    assert spare.take(900).ctypes.data == buffers[1000].ctypes.data  # the smallest that fits
+    assert spare.take(2000).ctypes.data == buffers[3000].ctypes.data  # up to twice the size
+    assert spare.bytes == 5000
+    fresh = spare.take(2400)  # 5000 is more than twice: a fresh buffer, and the unused 5000 goes
+    assert fresh.nbytes == 2400 and spare.bytes == 0
 
 
 def test_a_tape_gives_back_each_slab_as_its_last_row_is_popped(monkeypatch, small_slabs):
@@ -173,11 +194,11 @@ def test_a_tape_gives_back_each_slab_as_its_last_row_is_popped(monkeypatch, smal
     spare = runtime._SpareBuffers()
     monkeypatch.setattr(runtime, "_SPARE_BUFFERS", spare)
     tape = runtime._Tape()
-    for k in range(7):  # slabs of 1, 2 and 4 rows
+    for k in range(7):  # slabs of 1, 1, 2 and 4 rows
         tape.push(tensor(np.full(3, k, np.float32)))
-    assert [len(slab) for slab in tape.slabs] == [1, 2, 4]
+    assert [len(slab) for slab in tape.slabs] == [1, 1, 2, 4]
     popped = [tape.pop().numpy()[0] for _ in range(4)]  # views dropped at once
-    assert popped == [6, 5, 4, 3] and [len(slab) for slab in tape.slabs] == [1, 2]
+    assert popped == [6, 5, 4, 3] and [len(slab) for slab in tape.slabs] == [1, 1, 2]
     spare.reclaim()
     assert spare.bytes >= 4 * 64  # the 4-row slab is spare memory now
     tape.push(tensor(np.full(3, 9, np.float32)))  # a push after pops lands in a fresh slab
