@@ -18,16 +18,25 @@
     cuts binomial segments (one extra pass) and nests two even levels; printed beside
     their budgets, without a target.
 
+(d) Online checkpoints for a `while` loop (egad/ad/online.py): an RNN loop that runs
+    as many trips as an argument says (B=32, H=256 float32, h = tanh(h @ W + x)),
+    planned on 64 trips with a budget of 1/4 of its store-all tapes there, then run
+    on 64, 2048 and 16384 trips: the plan's online segments (doubling) beside the
+    same every-k segments kept fixed, and store-all where it fits in memory.
+    Printed: peak - C of each run and what the two models predict; no target (the
+    issue asks for an online policy; this shows what it keeps on longer runs).
+
 "Peak during the call" is VmHWM - VmRSS before the call: the child builds, warms
 up, trims malloc's free memory, resets the kernel's high-water mark (writing 5 to /proc/self/clear_refs; Linux
 only), calls once and reads VmHWM. tracemalloc would not see TVM's buffers, and the
 child's ru_maxrss (also printed) is set by LLVM during the build, not by the call.
 
     python -m benchmarks.memory                 # prints tables, writes results/memory.json
-    python -m benchmarks.memory checkpoint      # one section
+    python -m benchmarks.memory checkpoint      # one section (forward, lstm, checkpoint, online)
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -152,7 +161,63 @@ def child_checkpoint(T: int, budget: int = 0) -> dict:
             "plan": plan.lines()}
 
 
-CHILDREN = {"forward": child_forward, "lstm": child_lstm, "checkpoint": child_checkpoint}
+ONLINE_PLANNED_T = 64  # the trips the while loop runs on the example inputs (the plan's sample)
+ONLINE_FRACTION = 4  # the budget: store-all tape bytes at the planned trips / 4
+ONLINE_LENGTHS = (64, 2048, 16384)
+ONLINE_STORE_ALL_LIMIT = 2048  # store-all at 16384 trips would tape 1 GiB
+ONLINE_MODES = ("store-all", "fixed every-k", "online")
+
+
+def _while_rnn(W, x, h0, steps):
+    def cond(state):
+        h, n = state
+        return n < steps
+
+    def body(state):
+        h, n = state
+        return enp.tanh(h @ W + x), n + 1.0
+
+    h, _ = egad.while_loop(cond, body, (h0, 0.0))
+    return enp.sum(h * h)
+
+
+def _while_rnn_arguments(steps: int) -> tuple:
+    rng = np.random.default_rng(0)
+    H = 256
+    return ((rng.standard_normal((H, H)) / np.sqrt(H)).astype(np.float32),
+            (rng.standard_normal((32, H)) * 0.1).astype(np.float32), np.zeros((32, H), np.float32), np.float32(steps))
+
+
+def online_plan():
+    """The while RNN's program and its checkpoint plan on the planned trips."""
+    from egad.ad import checkpoint
+
+    args = _while_rnn_arguments(ONLINE_PLANNED_T)
+    program = egad.trace(_while_rnn, *args)
+    store_all = checkpoint.plan(program, (0, 1), 10**12, example_args=args).store_all_bytes
+    return program, checkpoint.plan(program, (0, 1), store_all // ONLINE_FRACTION, example_args=args)
+
+
+def child_online(T: int, mode: int) -> dict:
+    """The while RNN built store-all (mode 0), with the plan's every-k segments kept
+    fixed (1), or through `egad.optimize(memory_budget=...)` (2: online segments),
+    planned and warmed up on the planned trips, then called once on T trips."""
+    from egad.ad import checkpoint
+
+    program, plan = online_plan()
+    (policy,) = plan.policies
+    if ONLINE_MODES[mode] == "fixed every-k":
+        program = checkpoint.segment(program, 0, *policy.chain)
+    budget = plan.budget if ONLINE_MODES[mode] == "online" else None
+    compiled = egad.optimize(program, wrt=(0, 1), memory_budget=budget, rules=(), check=False)
+    compiled(*_while_rnn_arguments(ONLINE_PLANNED_T))  # plan (online), build and warm up on the planned trips
+    args = _while_rnn_arguments(T)
+    measured = measure_call(lambda: compiled(*args))
+    value, grads = measured.pop("result")
+    return {**measured, "value": float(value), "grad_norms": [float(np.linalg.norm(g)) for g in grads]}
+
+
+CHILDREN = {"forward": child_forward, "lstm": child_lstm, "checkpoint": child_checkpoint, "online": child_online}
 
 
 def run_child(kind: str, T: int, *extra) -> dict:
@@ -251,11 +316,41 @@ def checkpoint_table() -> dict:
             "step_ratio": slowdown, "step_target": CHECKPOINT_STEP_TARGET, "gradient_relative_error": error}
 
 
+def online_table() -> dict:
+    program, plan = online_plan()
+    (policy,) = plan.policies
+    constant = run_child("online", 1, 0)["peak_call_mb"]
+    rows = []
+    for T in ONLINE_LENGTHS:
+        row = {"T": T, "fixed_model_mb": dataclasses.replace(policy, trips=T, online=False).bytes / MB,
+               "online_model_mb": dataclasses.replace(policy, trips=T).bytes / MB}
+        for mode, name in enumerate(ONLINE_MODES):
+            if name != "store-all" or T <= ONLINE_STORE_ALL_LIMIT:
+                row[name] = run_child("online", T, mode)
+        runs = [row[name] for name in ONLINE_MODES if name in row]
+        for run in runs[1:]:  # the same loss and gradients, whatever the policy
+            np.testing.assert_allclose(run["grad_norms"], runs[0]["grad_norms"], rtol=1e-3)
+        rows.append(row)
+    print(f"(d) online checkpoints: while-loop RNN B=32 H=256 float32, planned on {ONLINE_PLANNED_T} trips with "
+          f"memory_budget = store-all / {ONLINE_FRACTION} = {plan.budget / MB:.2f} MB")
+    print("    " + "\n    ".join(plan.lines()))
+    print(f"{'trips':>7} {'store-all MB':>13} {'fixed every-k MB':>17} {'(model)':>8} {'online MB':>10} "
+          f"{'(model)':>8} {'online / fixed':>15}")
+    for r in rows:
+        store_all = f"{r['store-all']['peak_call_mb'] - constant:.1f}" if "store-all" in r else "-"
+        fixed, online = (r[name]["peak_call_mb"] - constant for name in ONLINE_MODES[1:])
+        print(f"{r['T']:>7} {store_all:>13} {fixed:>17.1f} {r['fixed_model_mb']:>8.1f} {online:>10.1f} "
+              f"{r['online_model_mb']:>8.1f} {online / fixed:>15.2f}")
+    print(f"peak during the call - C MB, C = the store-all call on 1 trip = {constant:.1f} MB; models: tape bytes\n")
+    return {"rows": rows, "constant_mb": constant, "budget_mb": plan.budget / MB, "plan": plan.lines()}
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--child"]:
         print(json.dumps(CHILDREN[argv[1]](*map(int, argv[2:]))))
         return 0
-    sections = {"forward": forward_table, "lstm": lstm_table, "checkpoint": checkpoint_table}
+    sections = {"forward": forward_table, "lstm": lstm_table, "checkpoint": checkpoint_table,
+                "online": online_table}
     chosen = argv or list(sections)
     results = {"machine": platform.platform(), **{name: sections[name]() for name in chosen}}
     RESULTS.mkdir(exist_ok=True)

@@ -343,7 +343,9 @@ def optimize(program: Program, wrt=(0,), target="llvm", memory_budget: int | Non
     differ, or if it measures faster. `check=False` skips both (they cost a second
     build and a few runs per new shape). `memory_budget` (bytes of taped residuals):
     when store-all taping needs more, loops are checkpointed every k trips and
-    recomputed in the adjoint (egad/ad/checkpoint.py), one k per loop chosen to fit;
+    recomputed in the adjoint (egad/ad/checkpoint.py), one k per loop chosen to fit (a
+    `while` loop's for the trips it runs on `example_args`; its segments double on
+    longer runs, egad/ad/online.py);
     an optimization that holds more than the budget allows is extracted again with
     memory priced first, else the checkpointed program is built.
 

@@ -56,14 +56,15 @@ with a static trip count and per top-level `while` loop (egad/ad/checkpoint.py:
 store-all where the budget allows, else every-k checkpointing with the k that fits,
 nested over as many levels as the budget needs, or binomial (uneven) cuts where even
 segments would need one more level; a `while` loop's k is planned for the
-trips it runs on the example inputs) and differentiates the segmented program, whose
+trips it runs on the example inputs, and its segments double on longer runs,
+egad/ad/online.py) and differentiates the segmented program, whose
 adjoint recomputes each segment's residuals from its checkpointed state; the e-graph
 then optimizes that gradient.
 
 Still to do, and why it would live here: every-k (k > 1) and binomial cuts as
 whole-loop alternatives, so that the extractor weighs them under `memory_budget` with
-the rest (today the budget's policies are planned before the e-graph); online (Stumm-Walther)
-policies that bound a `while` loop's checkpoints for any T.
+the rest (today the budget's policies are planned before the e-graph), the online doubling
+of `while` loops' segments among them.
 """
 from __future__ import annotations
 
@@ -80,8 +81,9 @@ from .patterns import int_constant
 from .registry import family
 
 CHECKPOINT = family("checkpoint", __doc__, todo="every-k (k > 1), binomial and online policies as e-graph "
-                    "alternatives, chosen under memory_budget by the extractor (every-k, for and while, and "
-                    "binomial cuts are planned outside the e-graph: egad/ad/checkpoint.py)")
+                    "alternatives, chosen under memory_budget by the extractor (every-k, for and while, "
+                    "binomial cuts and online doubling for while are planned outside the e-graph: "
+                    "egad/ad/checkpoint.py)")
 
 STACK = "stack-taped-residuals"
 RECOMPUTE = "recompute-taped-residuals"

@@ -42,14 +42,18 @@ of levels, even segments where they fit, else binomial ones.
 `while` loops (`_split_while`): each segment is an inner `while` that also counts
 its trips and stops at k, so the split needs no trip count and holds for any T
 known only at run time: ceil(T/k) x S + k x R bytes. `plan` picks k for the trip
-count the loop runs on the example inputs; a run of more trips keeps more
-checkpoints (one per k trips), never more residuals than k trips' worth.
+count the loop runs on the example inputs, and makes the policy online
+(egad/ad/online.py): the segments start at k trips and double in length whenever
+the checkpoints hold two segments' residual bytes, so a run of more trips than
+planned keeps O(sqrt(T)) bytes (within sqrt(3) of the best every-k for its T), not
+one more checkpoint per k trips. `segment(program, loop, k)` without `online=`
+keeps k fixed.
 
 Scope: top-level `for` loops with a static trip count (`fori_loop`/`scan` over
 static lengths) and top-level `while` loops; `for` loops with per-trip outputs
 (`scan` ys) need k to divide T, and each deeper level's k must divide the one
-above; binomial cuts take `for` loops without ys only. Online policies that thin
-checkpoints as a `while` loop runs on (bounded memory for any T) are not written.
+above; binomial cuts take `for` loops without ys only; online segments are for
+`while` loops (the outermost level; deeper levels keep their k).
 """
 from __future__ import annotations
 
@@ -69,9 +73,12 @@ from ..ir.program import Program, Region, walk_bindings
 from ..ir.types import TapeType, TensorType
 from ..ir.verify import verify
 from . import binomial
+from . import online as online_rule
+from .online import Doubling
 from .transform import CHECKPOINT_ATTR, clone_region
 
 _COUNTER = TensorType((), "int64", weak=True)
+_SCHEDULE = TensorType((), "int64")  # an online segment length or count, carried by the outer while loop
 SEGMENT_BOUNDS_BYTES = 16  # AD tapes each segment loop's bounds (two int64) beside its state
 
 
@@ -89,6 +96,7 @@ class LoopPolicy:
     nested: tuple[int, ...] = ()
     kind: str = "for"  # "for", or "while": its trips are those it ran on the example inputs
     cuts: tuple[tuple[int, ...], ...] = ()  # binomial: each level's cut positions (egad/ad/binomial.py)
+    online: bool = False  # a `while` loop's outermost segments double as it runs on (egad/ad/online.py)
 
     @property
     def chain(self) -> tuple[int, ...]:
@@ -106,6 +114,11 @@ class LoopPolicy:
         return self.every is not None or bool(self.cuts)
 
     @property
+    def doubling(self) -> Doubling | None:
+        """The online rule of this policy's outermost segments, if it has one."""
+        return Doubling(self.checkpoint_bytes, self.residual_bytes) if self.online else None
+
+    @property
     def recomputations(self) -> int:
         """Extra forward passes over the loop that the adjoint runs (one per level)."""
         return len(self.cuts) or len(self.chain)
@@ -117,9 +130,16 @@ class LoopPolicy:
             return binomial.peak_bytes(self.cuts, self.checkpoint_bytes, self.residual_bytes)
         if self.every is None:
             return (self.trips or 1) * self.residual_bytes
-        chain = self.chain
-        states = math.ceil(self.trips / chain[0]) + sum(outer // inner for outer, inner in zip(chain, chain[1:]))
-        return states * self.checkpoint_bytes + chain[-1] * self.residual_bytes
+        if self.online:  # the outermost segments as the doubling rule runs them; each level below them even
+            return self.doubling.peak_bytes(self.trips, self.every, lambda length: self._even_bytes(length, self.nested))
+        return self._even_bytes(self.trips, self.chain)
+
+    def _even_bytes(self, trips: int, chain: tuple[int, ...]) -> int:
+        """Tape bytes of `trips` trips cut every chain[0] trips, each segment every chain[1], ..."""
+        if not chain:
+            return trips * self.residual_bytes
+        states = math.ceil(trips / chain[0]) + sum(outer // inner for outer, inner in zip(chain, chain[1:]))
+        return states * self.checkpoint_bytes + min(chain[-1], trips) * self.residual_bytes
 
     def __str__(self) -> str:
         if self.trips is None:
@@ -128,6 +148,9 @@ class LoopPolicy:
             return (f"{self.kind} loop at {self.where} (trip count known only at run time): store-all, "
                     f"{_mb(self.residual_bytes)} of tapes per trip (segmenting needs {need})")
         policy = "store-all" if self.every is None else f"every-{self.every} checkpoints"
+        if self.online:
+            policy = (f"online checkpoints: segments of {self.every} trips, doubling whenever the checkpoints "
+                      f"hold {online_rule.GROWTH} segments' residual bytes")
         if self.nested:
             policy += "".join(f", then every {k} within each" for k in self.nested)
             policy += f" ({self.recomputations} extra forward passes)"
@@ -140,7 +163,9 @@ class LoopPolicy:
         trips = f"{self.trips} trips" if self.kind == "for" else f"{self.trips} trips on the example inputs"
         line = (f"{self.kind} loop at {self.where} ({trips}): {policy}, {_mb(self.bytes)} of tapes "
                 f"(store-all {_mb(self.trips * self.residual_bytes)})")
-        if self.kind == "while" and self.every is not None:
+        if self.online:
+            line += "; a run of more trips lengthens its segments too (tapes grow as sqrt(trips), not trips)"
+        elif self.kind == "while" and self.every is not None:
             line += f"; a run of more trips keeps one more checkpoint per {self.every}"
         return line
 
@@ -166,7 +191,7 @@ class CheckpointPlan:
             if policy.cuts:
                 program = segment_at(program, policy.loop, policy.cuts)
             elif policy.every is not None:
-                program = segment(program, policy.loop, *policy.chain)
+                program = segment(program, policy.loop, *policy.chain, online=policy.doubling)
         return program
 
     def lines(self) -> list[str]:
@@ -182,25 +207,31 @@ def top_level_loops(program: Program) -> list:
     return [b for b in program.region.bindings if b.op in ("for", "while")]
 
 
-def segment(program: Program, loop: int, k: int, *deeper: int) -> Program:
+def segment(program: Program, loop: int, k: int, *deeper: int, online: Doubling | None = None) -> Program:
     """`program` with its `loop`-th top-level loop split into segments of at most k
     trips (ceil(T/k) of them); the inner (segment) loop is marked for recomputation.
     Each of `deeper` (k1 > k2 > ..., each dividing the one before) splits the
     innermost segment loop again, so that re-running a segment tapes only its
     sub-segments' states: one more forward pass per level, far less memory (module
     docstring). A `while` loop is split the same way, its segments counting their
-    trips (`_split_while`)."""
+    trips (`_split_while`); with `online`, its outermost segments start at k trips
+    and double in length as the loop runs on (egad/ad/online.py)."""
     loops = top_level_loops(program)
     if not 0 <= loop < len(loops):
         raise EgadError(message(f"there is no top-level loop number {loop}",
                                 where=f"program {program.name} ({len(loops)} top-level for/while loops)"))
+    if online is not None and loops[loop].op != "while":
+        raise EgadError(message("online (doubling) segments are for `while` loops, whose trip count is not known "
+                                "before they run", where=f"the loop at {loops[loop].loc.long()}",
+                                instead="checkpoint a `for` loop every k trips (segment(program, loop, k)) or at "
+                                        "binomial cuts (segment_at)"))
     chain = (k, *deeper)
     for outer_k, inner_k in zip(chain, chain[1:]):
         if not 1 <= inner_k < outer_k or outer_k % inner_k:
             raise EgadError(message(f"cannot checkpoint every {inner_k} trips within segments of {outer_k}",
                                     where=f"the loop at {loops[loop].loc.long()}",
                                     instead="give each deeper level a k that divides the level above and is smaller"))
-    region = _split_in_region(program.region, loops[loop], chain, mark_outer=False)
+    region = _split_in_region(program.region, loops[loop], chain, mark_outer=False, online=online)
     return verify(dataclasses.replace(program, region=region))
 
 
@@ -287,11 +318,15 @@ def _cut_loop(binding, levels: tuple[tuple[int, ...], ...]) -> tuple[list, list]
     return top.bindings, replacement
 
 
-def _split_in_region(region: Region, binding, chain: tuple[int, ...], mark_outer: bool) -> Region:
-    """`region` with `binding` (a `for` or `while` of it) split every chain[0] trips, and
-    the resulting segment loop split again by the rest of `chain`."""
-    split_loop = _split_loop if binding.op == "for" else _split_while
-    new_bindings, replacement = split_loop(binding, chain[0], mark_outer)
+def _split_in_region(region: Region, binding, chain: tuple[int, ...], mark_outer: bool,
+                     online: Doubling | None = None) -> Region:
+    """`region` with `binding` (a `for` or `while` of it) split every chain[0] trips (a
+    `while` with `online`: starting at chain[0] and doubling), and the resulting
+    segment loop split again by the rest of `chain`."""
+    if binding.op == "for":
+        new_bindings, replacement = _split_loop(binding, chain[0], mark_outer)
+    else:
+        new_bindings, replacement = _split_while(binding, chain[0], mark_outer, online)
     if chain[1:]:
         outer = next(b for b in new_bindings if b.op == binding.op)
         *other_regions, segment_region = outer.regions  # a while's body comes after its cond
@@ -363,7 +398,7 @@ def _split_loop(binding, k: int, mark_outer: bool) -> tuple[list, list]:
     return top.bindings, replacement
 
 
-def _split_while(binding, k: int, mark_outer: bool) -> tuple[list, list]:
+def _split_while(binding, k: int, mark_outer: bool, online: Doubling | None = None) -> tuple[list, list]:
     """The bindings that replace the `while` `binding` split every k trips, and the
     values that replace its outputs:
 
@@ -373,7 +408,10 @@ def _split_while(binding, k: int, mark_outer: bool) -> tuple[list, list]:
 
     The inner loop counts its trips in one more state value; it starts each segment
     with cond(s) true, so it runs 1..k trips, and the outer loop ceil(T/k) trips for
-    any T (known only at run time). `mark_outer` marks the outer loop too."""
+    any T (known only at run time). With `online`, the outer loop also carries the
+    segment length L (first k) and the number of segments run n, and the inner loop
+    stops at L: after each segment, L doubles where `online.grows(n, L)`
+    (egad/ad/online.py). `mark_outer` marks the outer loop too."""
     if not k >= 1:
         raise EgadError(message(f"cannot checkpoint every {k} trips of a while loop",
                                 where=f"the loop at {binding.loc.long()}"))
@@ -381,37 +419,52 @@ def _split_while(binding, k: int, mark_outer: bool) -> tuple[list, list]:
     cond, body = binding.regions
     inits, invariants = binding.inputs[:n_state], binding.inputs[n_state:]
     state_types = [v.type for v in binding.outputs]
-    invariant_types = [v.type for v in invariants]
     hints = [p.hint for p in body.params[:n_state]]
+    trip, length, segments = ("trip", _COUNTER), ("length", _SCHEDULE), ("segments", _SCHEDULE)
+    schedule = [length, segments] if online is not None else []  # what the outer loop carries beside the state
+    limit = [length] if online is not None else []  # the inner loop's trip limit, when not the constant k
 
-    def counted(name: str, region: Region, step) -> Region:
-        """`region` (cond or body over state and invariants) with a trip counter in front."""
+    def extended(name: str, region: Region, results_of, before=(), after=(), last=()) -> Region:
+        """`region` (a cond or body over state and invariants) with more params, each
+        (hint, type): `before` the state, `after` it and `last` after the invariants;
+        `results_of(extra, results)` makes the new results from those params (by hint)
+        and the region's own results."""
         with context.open_region(name, top_level=True) as builder:
-            count = builder.add_param(_COUNTER, "trip")
-            state = [builder.add_param(t, hint) for t, hint in zip(state_types, hints)]
-            invs = [builder.add_param(t, v.hint) for t, v in zip(invariant_types, invariants)]
-            spliced = clone_region(region, {p.uid: v for p, v in zip(region.params, state + invs)})
-            builder.bindings.extend(spliced.bindings)
-            results = step(Tracer(builder, count), [Tracer(builder, v) for v in spliced.results])
-            results = [builder.resolve(x) for x in results]
+            def params(pairs):
+                return [builder.add_param(t, hint) for hint, t in pairs]
+
+            leading, state = params(before), params(zip(hints, state_types))
+            following, invs, trailing = params(after), params((v.hint, v.type) for v in invariants), params(last)
+            copied = clone_region(region, {p.uid: v for p, v in zip(region.params, state + invs)})
+            builder.bindings.extend(copied.bindings)
+            extra = {v.hint: Tracer(builder, v) for v in leading + following + trailing}
+            results = [builder.resolve(x) for x in results_of(extra, [Tracer(builder, v) for v in copied.results])]
         return Region(tuple(builder.params), builder.bindings, tuple(results), name)
 
-    inner_cond = counted("cond", cond, lambda count, out: [enp.logical_and(count < k, out[0])])
-    inner_body = counted("body", body, lambda count, out: [count + 1, *out])
+    inner_cond = extended("cond", cond, lambda extra, out: [enp.logical_and(extra["trip"] < extra.get("length", k),
+                                                                            out[0])], before=[trip], last=limit)
+    inner_body = extended("body", body, lambda extra, out: [extra["trip"] + 1, *out], before=[trip], last=limit)
     with context.open_region("program", top_level=True) as top, source.located_at(binding.loc):
         with context.open_region("segment", parent=top) as seg:
-            state = [seg.add_param(t, hint) for t, hint in zip(state_types, hints)]
-            invs = [seg.add_param(t, v.hint) for t, v in zip(invariant_types, invariants)]
-            inner = record("while", [0, *(Tracer(seg, v) for v in state + invs)],
+            state = [Tracer(seg, seg.add_param(t, hint)) for t, hint in zip(state_types, hints)]
+            carried = {hint: Tracer(seg, seg.add_param(t, hint)) for hint, t in schedule}
+            invs = [Tracer(seg, seg.add_param(v.type, v.hint)) for v in invariants]
+            inner = record("while", [0, *state, *invs, *(carried[hint] for hint, _ in limit)],
                            {**binding.attrs, "n_state": n_state + 1, CHECKPOINT_ATTR: True},
                            [_COUNTER] + state_types, (inner_cond, inner_body))
-            results = [seg.resolve(x) for x in inner[1:]]
+            next_schedule = []
+            if online is not None:
+                run, current = carried["segments"] + 1, carried["length"]
+                next_schedule = [enp.where(online.grows(run, current), current * 2, current), run]
+            results = [seg.resolve(x) for x in inner[1:] + next_schedule]
         outer_body = Region(tuple(seg.params), seg.bindings, tuple(results), "segment")
-        outer = record("while", [*(Tracer(top, v) for v in inits), *(Tracer(top, v) for v in invariants)],
+        outer_cond = extended("cond", cond, lambda extra, out: out, after=schedule)
+        starts = [enp.asarray(np.int64(k)), enp.asarray(np.int64(0))] if online is not None else []
+        outer = record("while", [*(Tracer(top, v) for v in inits), *starts, *(Tracer(top, v) for v in invariants)],
                        {**{k_: v for k_, v in binding.attrs.items() if k_ != CHECKPOINT_ATTR},
-                        **({CHECKPOINT_ATTR: True} if mark_outer else {})},
-                       state_types, (clone_region(cond), outer_body))
-        replacement = [top.resolve(x) for x in outer]
+                        "n_state": n_state + len(starts), **({CHECKPOINT_ATTR: True} if mark_outer else {})},
+                       state_types + [t for _, t in schedule], (outer_cond, outer_body))
+        replacement = [top.resolve(x) for x in outer[:n_state]]
     return top.bindings, replacement
 
 
@@ -442,7 +495,8 @@ def plan(program: Program, wrt=(0,), memory_budget: int | None = None, has_aux: 
             continue
         others = total - policy.bytes
         has_ys = len(loops[n].outputs) > loops[n].attrs["n_state"]
-        candidates = [dataclasses.replace(policy, every=chain[0], nested=chain[1:])
+        # a `while` loop's trip count is only a sample: its segments double on longer runs (egad/ad/online.py)
+        candidates = [dataclasses.replace(policy, every=chain[0], nested=chain[1:], online=policy.kind == "while")
                       for chain in _chains(policy.trips, has_ys)]
         if loops[n].op == "for" and not has_ys:
             candidates += _binomial(policy, memory_budget - others)

@@ -304,7 +304,7 @@ def test_a_while_loop_is_planned_for_its_trips_on_the_example_inputs():
     _, peak = _store_all_of(plan.apply(program), args)
     assert peak <= store_all_peak // 4 and peak <= 1.5 * plan.planned_bytes, (peak, store_all_peak, plan.planned_bytes)
     text = "\n".join(plan.lines())
-    assert "while loop at" in text and "40 trips on the example inputs" in text and "one more checkpoint" in text
+    assert "while loop at" in text and "40 trips on the example inputs" in text and "doubling" in text
     blind = checkpoint.plan(program, wrt=(0, 1), memory_budget=1)  # no example inputs: nothing to count trips on
     assert blind.policies[0].every is None and "example inputs to count its trips on" in "\n".join(blind.lines())
 
