@@ -58,8 +58,10 @@ same formula applied to it as if it closed the loop.
 
 Trip-count guesses (`trip_count_guesses`): constant bounds; else, from 0, the size its
 upper bound reads (`dim` of a value whose shape has a symbolic dim from an
-`egad.Spec`, e.g. "T"); else the loop's `trip_dim`; symbols and `while` loops take
-`CostModel.trip_guesses` (by symbol or loop region id), else `default_guess`.
+`egad.Spec`, e.g. "T"); else the loop's static `trip_dim`; else its `trip_guess` attr
+(checkpoint segments, whose bounds are computed: docs/ir.md); symbols and `while`
+loops take `CostModel.trip_guesses` (by symbol or loop region id), else a
+`while` loop's `trip_guess`, else `default_guess` (capped by `max_iters`).
 Shapes of e-classes come from egad/egraph/class_types.py (the op table's shape rules
 run over the snapshot), with symbolic dims replaced by the same guesses.
 """
@@ -420,16 +422,20 @@ class _Extractor:
             return int(model.trip_guesses[region])
         loop = self.types.control[region]
         if loop.head == "While":
-            limit = self.types.attrs(loop.args[4]).get("max_iters")
-            return min(model.default_guess, limit) if limit is not None else model.default_guess
+            attrs = self.types.attrs(loop.args[4])
+            guess, limit = attrs.get("trip_guess") or model.default_guess, attrs.get("max_iters")
+            return min(guess, limit) if limit is not None else guess
         _, lo, hi, _, _, attrs_class = loop.args
         low, high = self._static_int(lo), self._static_int(hi)
         if isinstance(low, int) and isinstance(high, int):
             return max(high - low, 0)
         if low == 0 and high is not None:  # a size read off a type: static, or a Spec's symbol
             return model.size(high)
-        trip_dim = self.types.attrs(attrs_class).get("trip_dim")  # AD's fresh symbols take the default
-        return model.size(trip_dim) if trip_dim is not None else model.default_guess
+        attrs = self.types.attrs(attrs_class)
+        trip_dim = attrs.get("trip_dim")
+        if not isinstance(trip_dim, int) and attrs.get("trip_guess") is not None:  # a checkpoint segment's
+            return int(attrs["trip_guess"])
+        return model.size(trip_dim) if trip_dim is not None else model.default_guess  # AD's symbols: the default
 
     def _static_int(self, cid: ClassId):
         """An int constant, a symbolic dim a `dim` node reads off a type, or None."""

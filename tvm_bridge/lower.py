@@ -148,7 +148,9 @@ class Lowering:
         cond, body = binding.regions
         call = relax.Call(relax.ExternFunc("egad.while_loop"),
                           [invoke, self.functions[id(cond)], self.functions[id(body)],
-                           relax.prim_value(binding.attrs["n_state"]), *args],
+                           relax.prim_value(binding.attrs["n_state"]),
+                           relax.prim_value(-1 if binding.attrs.get("max_iters") is None
+                                            else binding.attrs["max_iters"]), *args],
                           ty_args=[relax.TupleType([_loose(v.type) for v in binding.outputs])])
         return self._unpack_typed(call, binding.outputs)
 

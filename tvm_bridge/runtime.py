@@ -119,12 +119,15 @@ def _for_loop(invoke, body, lo, hi, reverse, n_state, ys_layout, *values):
 
 
 @tvm_ffi.register_global_func("egad.while_loop", override=True)
-def _while_loop(invoke, cond, body, n_state, *values):
-    n_state = int(n_state)
+def _while_loop(invoke, cond, body, n_state, max_iters, *values):
+    """`while cond(state): state = body(state)`, at most `max_iters` trips (-1: no bound)."""
+    n_state, max_iters = int(n_state), int(max_iters)
     initial = state = list(values[:n_state])
     invariants = list(values[n_state:])
-    while _scalar(_ffi.ArrayGetItem(invoke(cond, invoke, *state, *invariants), 0)):
+    trips = 0
+    while _scalar(_ffi.ArrayGetItem(invoke(cond, invoke, *state, *invariants), 0)) and trips != max_iters:
         state = _items(invoke(body, invoke, *state, *invariants))
+        trips += 1
     if state is initial:
         state = [_copy(v) for v in state]
     return tvm_ffi.convert(state)

@@ -289,6 +289,13 @@ def _cut_loop(binding, levels: tuple[tuple[int, ...], ...]) -> tuple[list, list]
     plain_attrs = {"n_state": n_state, "reverse": binding.attrs.get("reverse", False), "trip_dim": None}
     loop_attrs = {**plain_attrs, CHECKPOINT_ATTR: True}
 
+    def mean(depth: int, inner: int | None) -> int:
+        """The trips of the loop inside a segment of level `depth`, on average (the cost
+        model's guess; its bounds are read from tables): the segments of level `inner`
+        it holds, or (None) the loop's own trips."""
+        held = levels[-1][-1] if inner is None else len(levels[inner]) - 1
+        return max(1, round(held / (len(levels[depth]) - 1)))
+
     def segments(depth: int) -> Region:
         """The body of level `depth`'s loop: one segment, run as the loop inside it."""
         with context.open_region("segment", top_level=True) as seg:
@@ -299,12 +306,13 @@ def _cut_loop(binding, levels: tuple[tuple[int, ...], ...]) -> tuple[list, list]
             if depth == len(levels) - 1:
                 starts = enp.asarray(np.asarray(levels[depth], np.int64))
                 inner = record("for", [base + enp.take(starts, index), base + enp.take(starts, index + 1),
-                                       *state, *invs], {**binding.attrs, **loop_attrs},
+                                       *state, *invs], {**binding.attrs, **loop_attrs, "trip_guess": mean(depth, None)},
                                state_types, (clone_region(body),))
             else:
                 first = enp.asarray(np.asarray(firsts[depth + 1], np.int64))
                 inner = record("for", [enp.take(first, index), enp.take(first, index + 1), *state, *invs, base],
-                               loop_attrs, state_types, (segments(depth + 1),))
+                               {**loop_attrs, "trip_guess": mean(depth, depth + 1)}, state_types,
+                               (segments(depth + 1),))
             results = [seg.resolve(x) for x in inner]
         return Region(tuple(seg.params), seg.bindings, tuple(results), "segment")
 
@@ -382,7 +390,8 @@ def _split_loop(binding, k: int, mark_outer: bool) -> tuple[list, list]:
             stop = enp.minimum(start + k, Tracer(seg, hi_param))
             inner = record("for", [start, stop, *(Tracer(seg, v) for v in state), *(Tracer(seg, v) for v in invs)],
                            # a static trip_dim only where every segment has k trips (it sizes ys, here and in AD)
-                           {**binding.attrs, "trip_dim": k if trips % k == 0 else None, CHECKPOINT_ATTR: True},
+                           {**binding.attrs, "trip_dim": k if trips % k == 0 else None, "trip_guess": k,
+                            CHECKPOINT_ATTR: True},
                            state_types + [TensorType((k,) + t.shape[1:], t.dtype) for t in ys_types],
                            (clone_region(body),))
             results = [seg.resolve(x) for x in inner]
@@ -450,7 +459,7 @@ def _split_while(binding, k: int, mark_outer: bool, online: Doubling | None = No
             carried = {hint: Tracer(seg, seg.add_param(t, hint)) for hint, t in schedule}
             invs = [Tracer(seg, seg.add_param(v.type, v.hint)) for v in invariants]
             inner = record("while", [0, *state, *invs, *(carried[hint] for hint, _ in limit)],
-                           {**binding.attrs, "n_state": n_state + 1, CHECKPOINT_ATTR: True},
+                           {**binding.attrs, "n_state": n_state + 1, "trip_guess": k, CHECKPOINT_ATTR: True},
                            [_COUNTER] + state_types, (inner_cond, inner_body))
             next_schedule = []
             if online is not None:

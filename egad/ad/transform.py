@@ -43,6 +43,9 @@ from .adjoint_math import AdjointMath, SparseRows
 
 _COUNTER = TensorType((), "int64", weak=True)
 CHECKPOINT_ATTR = "checkpoint"  # a control op AD recomputes in the adjoint instead of taping (egad/ad/checkpoint.py)
+# what a loop's forward copy and its adjoint loop keep of its attrs beyond their own: a bound on a while
+# loop's trips, and the trip count the cost model assumes where the bounds are not constants (docs/ir.md)
+KEPT_LOOP_ATTRS = ("max_iters", "trip_guess")
 _RECOMPUTE = object()  # the adjoint record of such an op
 
 
@@ -189,7 +192,8 @@ class ForwardRegion:
         state_types = [v.type for v in binding.outputs[:n_state]]
         ys_types = [v.type for v in binding.outputs[n_state:]]
         outputs = record("for", [lo, hi, *inits, *tapes, *invariants],
-                         {"n_state": n_state + len(slots), "reverse": binding.attrs["reverse"], "trip_dim": trip_dim},
+                         {"n_state": n_state + len(slots), "reverse": binding.attrs["reverse"], "trip_dim": trip_dim,
+                          **_kept_attrs(binding)},
                          state_types + [TapeType(s.elem) for s in slots] + ys_types, (forward,))
         for slot, tape in zip(slots, outputs[n_state:n_state + len(slots)]):
             self.tapes.set(slot, tape)
@@ -208,7 +212,8 @@ class ForwardRegion:
         tapes = [self.tapes.get(slot) for slot in slots]
         zero = to_tracer(enp.zeros((), "int64"))
         state_types = [v.type for v in binding.outputs]
-        outputs = record("while", [*inits, zero, *tapes, *invariants], {"n_state": n_state + 1 + len(slots)},
+        outputs = record("while", [*inits, zero, *tapes, *invariants],
+                         {"n_state": n_state + 1 + len(slots), **_kept_attrs(binding)},
                          state_types + [TensorType((), "int64")] + [TapeType(s.elem) for s in slots], (cond, forward))
         for slot, tape in zip(slots, outputs[n_state + 1:]):
             self.tapes.set(slot, tape)
@@ -485,7 +490,8 @@ class BackwardRegion:
         ys_types = [TensorType((trip_dim,) + t.shape, t.dtype) for t in adjoint.sparse_types]
         outputs = record("for", [lo, hi, *state_cts, *accumulators, *tapes, *invariants, *ys_cts,
                                  *([lo] if adjoint.reads_lo else [])],
-                         {"n_state": n_carry, "reverse": not binding.attrs.get("reverse", False), "trip_dim": trip_dim},
+                         {"n_state": n_carry, "reverse": not binding.attrs.get("reverse", False), "trip_dim": trip_dim,
+                          **{k: v for k, v in _kept_attrs(binding).items() if k == "trip_guess"}},
                          [t for t in body.result_types[:n_carry]] + ys_types, (clone_region(body),))
         position = 0
         for k in adjoint.active_slots:
@@ -611,6 +617,11 @@ def _used_vars(bindings: list[Binding], results: list[Var]) -> set[int]:
     for binding in bindings:
         used.update(v.uid for v in binding.inputs)
     return used
+
+
+def _kept_attrs(binding: Binding) -> dict:
+    """The attrs of `binding` (a loop) its forward copy keeps (`KEPT_LOOP_ATTRS`)."""
+    return {k: binding.attrs[k] for k in KEPT_LOOP_ATTRS if binding.attrs.get(k) is not None}
 
 
 def _while_cond_with_extra_state(binding: Binding, forward_body: Region) -> Region:

@@ -976,9 +976,10 @@ TAPE_OPS = frozenset({"tape_alloc", "tape_push", "tape_pop"})
 #   if(pred, *operands; then, else)             regions: (*operands) -> outs
 #   switch(index, *operands; *branches)         index clamped to [0, n-1]
 #   for(lo, hi, *inits, *invariants; body)      body: (i, *state, *invariants) -> (*state, *ys)
-#        attrs: n_state, reverse (i from hi-1 down to lo), trip_dim (leading dim of ys)
+#        attrs: n_state, reverse (i from hi-1 down to lo), trip_dim (leading dim of ys),
+#        trip_guess (optional: the cost model's trip count where lo, hi are not constants)
 #   while(*inits, *invariants; cond, body)      cond: (*state, *invariants) -> bool
-#        attrs: n_state                          body: (*state, *invariants) -> *state
+#        attrs: n_state, max_iters, trip_guess   body: (*state, *invariants) -> *state
 
 def _group(label: str, names: list[str]) -> str:
     return f" {label}({', '.join(names)})" if names else ""

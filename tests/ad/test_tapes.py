@@ -87,3 +87,38 @@ def test_rnn_tape_bytes_grow_linearly_with_length():
     grad = egad.grad(egad.trace(_rnn, W, U, egad.Spec(("T", 2, 3), "float64"), h0), wrt=(0, 1))
     peaks = {T: _peak(grad, W, U, rng.standard_normal((T, 2, 3)), h0) for T in (0, 10, 20)}
     assert peaks[0] == 0 and peaks[20] == 2 * peaks[10] > 0
+
+
+def _grow(x):
+    return enp.sum(egad.while_loop(lambda v: enp.sum(v) < 50.0, lambda v: enp.sin(v) * 0.1 + v * 1.5, x))
+
+
+def bounded_growth(x, max_iters: int = 3):
+    """A while loop its condition stops after 7 trips from x = [0.3, 0.7], with
+    `max_iters` set on the traced program (the frontend does not expose it): the
+    program, and the loop binding."""
+    import dataclasses
+
+    traced = egad.trace(_grow, x)
+    (loop,) = [b for b in traced.region.bindings if b.op == "while"]
+    bounded = dataclasses.replace(loop, attrs={**loop.attrs, "max_iters": max_iters})
+    region = dataclasses.replace(traced.region, bindings=[bounded if b is loop else b
+                                                          for b in traced.region.bindings])
+    return egad.verify(dataclasses.replace(traced, region=region)), bounded
+
+
+def test_a_while_loops_max_iters_bounds_its_forward_copy_too():
+    """`max_iters` (docs/ir.md) stops a while loop early; the gradient program's
+    forward copy keeps it, so the value and the gradient are those of the loop that
+    stopped, checked against central differences of the primal."""
+    from .gradcheck import central_difference
+
+    x = np.array([0.3, 0.7])
+    program, loop = bounded_growth(x)
+    stats = egad.RunStats()
+    value = egad.interpret(program, x, stats=stats)
+    assert stats.while_trips[id(loop)] == [3]  # stopped by max_iters, not by its condition
+    assert egad.interpret(egad.trace(_grow, x), x) > 50.0  # which stops it after more trips
+    got_value, (grad,) = egad.interpret(egad.value_and_grad(program, wrt=(0,)), x)
+    np.testing.assert_allclose(got_value, value, rtol=1e-14)
+    np.testing.assert_allclose(grad, central_difference(lambda v: egad.interpret(program, v), (x,), 0), rtol=1e-6)

@@ -202,6 +202,33 @@ def test_trip_guesses_come_from_bounds_spec_symbols_and_overrides():
     assert trip_count_guesses(unbounded, Snapshot.of(unbounded.egraph), CostModel(trip_guesses={1: 3})) == {1: 3}
 
 
+def test_checkpoint_segments_tell_the_cost_model_their_trips():
+    """A segment loop's bounds are computed (every-k: start + k capped at the end;
+    binomial: read from a table), so its `trip_guess` attr says how many trips it runs
+    on average, in the gradient's forward copy and adjoint loops too; not the default."""
+    from egad.ad import checkpoint
+
+    def rnn(W, xs, h):
+        return enp.sum(egad.fori_loop(0, xs.shape[0], lambda t, h: enp.tanh(h @ W + xs[t]), h))
+
+    args = (np.eye(3) * 0.5, np.ones((12, 3)) * 0.1, np.ones((2, 3)))
+    program = egad.trace(rnn, *args)
+    model = CostModel(default_guess=1000)  # a guess no segment runs
+    every_5 = egad.value_and_grad(checkpoint.segment(program, 0, 5), wrt=(0,))  # 12 % 5: no static trip_dim
+    encoded = encode(every_5)
+    guesses = trip_count_guesses(encoded, Snapshot.of(encoded.egraph), model)
+    # the loop over 3 segments (its forward copy, its adjoint) and the segment loop (copied, re-run, adjoint)
+    assert sorted(guesses.values()) == [3, 3, 5, 5, 5], guesses
+    cut = egad.value_and_grad(checkpoint.segment_at(program, 0, ((0, 6, 12), (0, 4, 6, 9, 12))), wrt=(0,))
+    encoded = encode(cut)
+    guesses = trip_count_guesses(encoded, Snapshot.of(encoded.egraph), model)
+    # 2 segments, each holding 2 sub-segments of 3 trips on average: the loop over segments (forward,
+    # adjoint), over sub-segments (copied, re-run, adjoint), over trips (in both copies, re-run, adjoint)
+    assert sorted(guesses.values()) == [2] * 5 + [3] * 4, guesses
+    np.testing.assert_allclose(egad.interpret(cut, *args)[1][0],
+                               egad.interpret(egad.value_and_grad(program, wrt=(0,)), *args)[1][0], rtol=1e-12)
+
+
 def test_gradient_loops_take_the_symbol_of_their_forward_loop():
     def f(W, xs, h):
         return enp.sum(egad.fori_loop(0, xs.shape[0], lambda t, h: enp.tanh(xs[t] @ W + h), h))

@@ -168,3 +168,14 @@ def test_arguments_and_results_are_never_aliased_wrongly():
     out_y[:] = 7.0  # results are the caller's: writing them changes no argument
     assert x.max() == 0.0 and y.numpy()[3] == 3.0
     np.testing.assert_array_equal(compiled(x, 2.0, y)[1], np.arange(16.0))
+
+
+def test_a_compiled_while_loop_stops_at_max_iters():
+    from ..ad.test_tapes import bounded_growth
+
+    x = np.array([0.3, 0.7])
+    program, _ = bounded_growth(x, max_iters=3)
+    want_value, (want_grad,) = egad.interpret(egad.value_and_grad(program, wrt=(0,)), x)
+    value, (grad,) = egad.optimize(program, wrt=(0,), rules=())(x)
+    np.testing.assert_allclose(value, want_value, rtol=1e-12)
+    np.testing.assert_allclose(grad, want_grad, rtol=1e-10)
