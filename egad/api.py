@@ -102,7 +102,7 @@ class Optimized:
         if self.wrt is not None:
             from .ad import checkpoint
 
-            plan = checkpoint.plan(program, self.wrt, self.memory_budget, self.has_aux, check_args)
+            plan = checkpoint.plan(program, self.wrt, self.memory_budget, self.has_aux, check_args, self.target)
             self.checkpoint_plans.append(plan)
             program = ad.value_and_grad(plan.apply(program), wrt=self.wrt, has_aux=self.has_aux)
         self.timings["differentiate"] += time.perf_counter() - started

@@ -106,6 +106,14 @@ def _cost(binding: Binding, target: Target, guess: int) -> tuple[float, int]:
     return work.seconds(target), work.kernels
 
 
+def region_seconds(region: Region, target: str | Target = "cpu", guess: int = 64) -> float:
+    """A rough time of one run of `region` on `target`: every op at full throughput plus
+    its dispatches, a control op's regions once each (symbolic dims taken as `guess`)."""
+    target = target_constants(target)
+    seconds, dispatches = _region_cost(region, target, guess)
+    return seconds + dispatches * target.dispatch_seconds
+
+
 def _region_cost(region: Region, target: Target, guess: int) -> tuple[float, int]:
     costs = [_cost(binding, target, guess) for binding in region.bindings]
     return sum(seconds for seconds, _ in costs), sum(dispatches for _, dispatches in costs)

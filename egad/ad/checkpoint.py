@@ -32,9 +32,15 @@ level: about sqrt(2 T S R) bytes where even segments need 2 sqrt(T S R)). The
 segments' lengths vary, so their residuals' shapes are not static.
 
 `plan(program, wrt, budget)` picks one policy per loop under a byte budget
-(`egad.optimize(..., memory_budget=...)`): store-all where it fits, else the
-fewest levels that fit (one level first: one extra forward pass); at a number
-of levels, even segments where they fit, else binomial ones.
+(`egad.optimize(..., memory_budget=...)`), a small knapsack over (time, bytes):
+each loop's options (store-all, every-k chains, binomial cuts) cost the forward
+passes they add, each the loop's trips times the cost model's time of a trip
+(`critical_path.region_seconds`), and the plan takes the options that fit the
+budget together with the least such time. For one loop that is the fewest levels
+that fit; at a number of levels, even segments where they fit, else binomial
+ones, then the fewest segments. With several loops, it recomputes the loops that
+are cheap to re-run (`python -m benchmarks.memory loops`: an elementwise loop
+instead of a matmul loop that tapes as much, 173 against 203 ms a step).
 
     plan = checkpoint.plan(program, wrt=(0,), memory_budget=store_all_bytes // 8)
     gradient = egad.value_and_grad(plan.apply(program), wrt=(0,))
@@ -65,6 +71,7 @@ import numpy as np
 from .. import source
 from ..errors import EgadError, message
 from ..cost_model import concrete, nbytes
+from ..critical_path import region_seconds
 from ..frontend import context
 from ..frontend import numpy_api as enp
 from ..frontend.primitives import record
@@ -478,14 +485,16 @@ def _split_while(binding, k: int, mark_outer: bool, online: Doubling | None = No
 
 
 def plan(program: Program, wrt=(0,), memory_budget: int | None = None, has_aux: bool = False,
-         example_args=None) -> CheckpointPlan:
-    """One policy per top-level loop: store-all where the budget allows, else the
-    fewest checkpointing levels that fit (each level costs a forward pass); at one
-    level, a k dividing the trip count if any does, and the largest such k (fewest
-    segments); deeper, the chain with the largest segments. When even the least
-    memory these policies reach is above the budget, that least. A `while` loop is
-    planned for the trip count it runs on `example_args` (interpreted once); without
-    them it stays store-all."""
+         example_args=None, target="cpu") -> CheckpointPlan:
+    """One policy per top-level loop, together the least recomputation that fits the
+    budget: a small knapsack over (time, bytes) (DESIGN §6). Each loop's options are
+    store-all, every-k chains and binomial cuts over 1..MAX_LEVELS levels; an option's
+    time is the forward passes it adds, each the loop's trips times the cost model's
+    time of one trip on `target` (`_Option`). Among equal times, even segments (k
+    dividing the trip count first) before binomial ones, then the fewest segments. When
+    even the least memory these policies reach is above the budget, that least. A
+    `while` loop is planned for the trip count it runs on `example_args` (interpreted
+    once); without them it stays store-all."""
     from .api import value_and_grad
 
     if memory_budget is None:  # store-all: nothing to measure
@@ -496,30 +505,77 @@ def plan(program: Program, wrt=(0,), memory_budget: int | None = None, has_aux: 
     policies = [LoopPolicy(n, str(b.loc), trips[n], None, residual, _nbytes_all(b.outputs[:b.attrs["n_state"]]),
                            kind=b.op)
                 for n, (b, residual) in enumerate(zip(loops, _residual_bytes(program, gradient)))]
-    for n in sorted(range(len(policies)), key=lambda n: -policies[n].bytes):
-        total = sum(p.bytes for p in policies)
-        policy = policies[n]
-        if total <= memory_budget or not policy.residual_bytes or not isinstance(policy.trips, int) \
-                or policy.trips < 2:
-            continue
-        others = total - policy.bytes
-        has_ys = len(loops[n].outputs) > loops[n].attrs["n_state"]
-        # a `while` loop's trip count is only a sample: its segments double on longer runs (egad/ad/online.py)
-        candidates = [dataclasses.replace(policy, every=chain[0], nested=chain[1:], online=policy.kind == "while")
-                      for chain in _chains(policy.trips, has_ys)]
-        if loops[n].op == "for" and not has_ys:
-            candidates += _binomial(policy, memory_budget - others)
-        fitting = [c for c in candidates if others + c.bytes <= memory_budget]
-        # fewest levels (forward passes); then even segments, k dividing T if it can, so that every segment
-        # has k trips and static shapes (exact sizes for the e-graph's cost model and for `held_bytes`);
-        # binomial cuts (uneven segments) only where no even ones fit; then the largest segments
-        fitting.sort(key=lambda c: (-c.recomputations, _evenness(c), c.chain))
-        policies[n] = fitting[-1] if fitting else min(candidates, key=lambda c: (c.bytes, c.recomputations))
+    if sum(p.bytes for p in policies) <= memory_budget:
+        return CheckpointPlan(memory_budget, tuple(policies))
+    options = [_options(policy, binding, memory_budget, target) for policy, binding in zip(policies, loops)]
+    chosen = _cheapest_within(options, memory_budget)
     note = ""
-    if sum(p.bytes for p in policies) > memory_budget:
+    if chosen is None:  # nothing fits: each loop's least memory
+        chosen = [min(loop_options, key=lambda o: (o.policy.bytes, o.key)) for loop_options in options]
         note = (f"the budget is below what checkpointing these loops reaches "
-                f"({_mb(sum(p.bytes for p in policies))}): the least-memory plan is used")
-    return CheckpointPlan(memory_budget, tuple(policies), note)
+                f"({_mb(sum(o.policy.bytes for o in chosen))}): the least-memory plan is used")
+    return CheckpointPlan(memory_budget, tuple(o.policy for o in chosen), note)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Option:
+    """One loop's policy and what it costs: `key` = (seconds of the forward passes it
+    adds, how uneven its segments are (`_evenness`), its outermost segments), compared
+    in that order and summed over loops."""
+
+    policy: LoopPolicy
+    key: tuple[float, int, int]
+
+
+def _options(policy: LoopPolicy, binding, budget: int, target) -> list[_Option]:
+    """The policies one loop may take, without those another takes in fewer bytes at
+    no more cost: store-all, every-k chains, binomial cuts (a `for` loop without ys)."""
+    if not policy.residual_bytes or not isinstance(policy.trips, int) or policy.trips < 2:
+        return [_Option(policy, (0.0, 0, 0))]
+    has_ys = len(binding.outputs) > binding.attrs["n_state"]
+    # a `while` loop's trip count is only a sample: its segments double on longer runs (egad/ad/online.py)
+    candidates = [policy] + [dataclasses.replace(policy, every=chain[0], nested=chain[1:],
+                                                 online=policy.kind == "while")
+                             for chain in _chains(policy.trips, has_ys)]
+    if binding.op == "for" and not has_ys:
+        candidates += _binomial(policy, budget)
+    pass_seconds = policy.trips * region_seconds(binding.regions[-1], target)  # a while's body follows its cond
+    options = [_Option(c, (c.recomputations * pass_seconds, 2 - _evenness(c) if c.checkpointed else 0,
+                           _segments(c))) for c in candidates]
+    return _pareto(options)
+
+
+def _segments(policy: LoopPolicy) -> int:
+    """How many segments the outermost level of a checkpointed policy cuts (0: store-all)."""
+    if policy.cuts:
+        return len(policy.cuts[0]) - 1
+    return 0 if policy.every is None else math.ceil(policy.trips / policy.every)
+
+
+def _pareto(options: list[_Option]) -> list[_Option]:
+    """The options no other beats in both bytes and key (fewest bytes first)."""
+    kept: list[_Option] = []
+    for option in sorted(options, key=lambda o: (o.policy.bytes, o.key)):
+        if not kept or option.key < kept[-1].key:
+            kept.append(option)
+    return kept
+
+
+def _cheapest_within(options: list[list[_Option]], budget: int) -> list[_Option] | None:
+    """One option per loop, within `budget` bytes in all, with the least summed key;
+    None when none fits. Loop by loop, the combinations kept are those within the
+    budget that no other beats in both bytes and key."""
+    front: list[tuple[int, tuple, list[_Option]]] = [(0, (0.0, 0, 0), [])]
+    for loop_options in options:
+        grown = [(used + o.policy.bytes, tuple(a + b for a, b in zip(key, o.key)), chosen + [o])
+                 for used, key, chosen in front for o in loop_options if used + o.policy.bytes <= budget]
+        front = []
+        for used, key, chosen in sorted(grown, key=lambda g: (g[0], g[1])):
+            if not front or key < front[-1][1]:
+                front.append((used, key, chosen))
+        if not front:
+            return None
+    return min(front, key=lambda f: f[1])[2]
 
 
 MAX_LEVELS = 6  # log2 of a million trips is 20; six levels of 1/10 each already reach a million
@@ -538,17 +594,23 @@ def _chains(trips: int, has_ys: bool) -> list[tuple[int, ...]]:
     return chains
 
 
-def _binomial(policy: LoopPolicy, room: int) -> list[LoopPolicy]:
-    """Per number of levels, the binomial policy that cuts the fewest segments within
-    `room` bytes, or the least-memory one where `room` is too little; none deeper
-    than the first that fits (more levels cost more forward passes)."""
+BINOMIAL_ROOM_STEP = 1.5  # binomial options per level: the least memory, then rooms this much larger
+
+
+def _binomial(policy: LoopPolicy, budget: int) -> list[LoopPolicy]:
+    """Per number of levels, binomial cuts with the fewest segments within each of a
+    few rooms: the level's least memory, rooms `BINOMIAL_ROOM_STEP` times larger up to
+    store-all, and the whole budget (what one loop alone may take)."""
     out = []
+    trips, state, residual = policy.trips, policy.checkpoint_bytes, policy.residual_bytes
     for levels in range(1, MAX_LEVELS + 1):
-        least = binomial.least_memory(policy.trips, levels, policy.checkpoint_bytes, policy.residual_bytes)
-        cuts = binomial.cuts(policy.trips, levels, policy.checkpoint_bytes, policy.residual_bytes, max(least, room))
-        out.append(dataclasses.replace(policy, cuts=cuts))
-        if least <= room:
-            break
+        room = binomial.least_memory(trips, levels, state, residual)
+        rooms = {budget} if budget >= room else set()
+        while room < trips * residual:
+            rooms.add(room)
+            room = math.ceil(room * BINOMIAL_ROOM_STEP)
+        out += [dataclasses.replace(policy, cuts=binomial.cuts(trips, levels, state, residual, room))
+                for room in sorted(rooms)]
     return out
 
 

@@ -130,7 +130,7 @@ def test_a_budget_above_store_all_keeps_store_all_and_one_below_reach_says_so():
     store_all = dataclasses.replace(policy, cuts=())
     even = [dataclasses.replace(store_all, every=chain[0], nested=chain[1:]).bytes
             for chain in checkpoint._chains(T, False)]
-    binomial = [p.bytes for p in checkpoint._binomial(store_all, room=1)]
+    binomial = [p.bytes for p in checkpoint._binomial(store_all, budget=1)]
     assert policy.cuts and policy.bytes < min(even)  # uneven cuts reach less than any even chain
     assert policy.bytes == min(even + binomial)
 
@@ -178,7 +178,7 @@ def test_a_budget_below_even_segments_cuts_binomial_ones_then_two_levels():
     roomy = checkpoint.plan(program, wrt=(0, 1, 3), memory_budget=10**9)
     (store_all,) = roomy.policies
     even_one_level = min(dataclasses.replace(store_all, every=k).bytes for k in range(1, 64))
-    (binomial_one_level, *_) = checkpoint._binomial(store_all, room=1)
+    (binomial_one_level, *_) = checkpoint._binomial(store_all, budget=1)  # the first: one level, least memory
     assert binomial_one_level.bytes < even_one_level
     (want_value, want_grads), _ = _store_all(program, args)
     for budget, levels, says in [(even_one_level - 1, 1, "binomial checkpoints"),
@@ -446,3 +446,50 @@ def test_residuals_stacked_instead_of_taped_are_not_counted_as_extra_memory():
     held_more = checkpoint.held_bytes(stacked) - checkpoint.held_bytes(gradient)
     assert held_more >= taped  # the rows, and what else the extraction holds at the top level
     assert held_more - taped < taped / 4  # counted with the tapes, the rows are not extra
+
+
+# --- several loops: the plan is a knapsack over (time, bytes) ------------------------------
+
+def two_loops_loss(W, x, g):
+    """Loop A: four matmul steps a trip, on a narrow state; loop B: one elementwise step
+    a trip on a wider one. A tapes more bytes a trip, B is far cheaper to recompute."""
+    def heavy(t, h):
+        for _ in range(4):
+            h = enp.tanh(h @ W)
+        return h
+
+    def light(t, v):
+        return enp.sin(v) * 0.9
+
+    h = egad.fori_loop(0, 32, heavy, x)
+    v = egad.fori_loop(0, 32, light, g)
+    return enp.sum(h * h) + enp.sum(v * v)
+
+
+def two_loops_arguments():
+    rng = np.random.default_rng(2)
+    return rng.standard_normal((16, 16)) * 0.3, rng.standard_normal((4, 16)), rng.standard_normal((4, 24))
+
+
+def test_with_several_loops_the_plan_recomputes_where_it_costs_least():
+    args = two_loops_arguments()
+    program = egad.trace(two_loops_loss, *args)
+    heavy, light = checkpoint.plan(program, wrt=(0, 1, 2), memory_budget=10**9).policies
+    assert heavy.residual_bytes > light.residual_bytes  # A is the larger: shrinking it first would be natural
+    light_one_level = min(dataclasses.replace(light, every=k).bytes for k in range(1, 32))
+    budget = heavy.bytes + light_one_level  # enough with B checkpointed once, or A instead
+    plan = checkpoint.plan(program, wrt=(0, 1, 2), memory_budget=budget)
+    chosen_heavy, chosen_light = plan.policies
+    assert not chosen_heavy.checkpointed and chosen_light.checkpointed and chosen_light.recomputations == 1
+    assert plan.planned_bytes <= budget and not plan.note
+    # the other way to fit, A checkpointed once, re-runs four matmul steps a trip instead of one sine
+    heavy_instead = [o for o in checkpoint._options(heavy, checkpoint.top_level_loops(program)[0], budget, "cpu")
+                     if o.policy.recomputations == 1 and o.policy.bytes + light.bytes <= budget]
+    light_option = [o for o in checkpoint._options(light, checkpoint.top_level_loops(program)[1], budget, "cpu")
+                    if o.policy == chosen_light]
+    assert heavy_instead and light_option and light_option[0].key[0] < min(o.key[0] for o in heavy_instead)
+    want_value, want_grads = egad.interpret(egad.value_and_grad(program, wrt=(0, 1, 2)), *args)
+    got_value, got_grads = egad.interpret(egad.value_and_grad(plan.apply(program), wrt=(0, 1, 2)), *args)
+    np.testing.assert_allclose(got_value, want_value, rtol=1e-12)
+    for got, want in zip(got_grads, want_grads):
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
