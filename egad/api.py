@@ -43,6 +43,7 @@ class Optimized:
         self.optimizations: list = []  # egad.optimizer.Optimization, one per specialization
         self.memory_budget = memory_budget
         self.checkpoint_plans: list = []  # egad.ad.checkpoint.CheckpointPlan, one per specialization (with wrt)
+        self.observed_trips: list = []  # egad.trip_counts.Observed, while loops' trips on the example inputs
         self._built_programs: dict[int, Program] = {}  # id(compiled) -> the program it was built from
         self.builds = 0  # specializations made ready: compiled, or loaded from a cache
         self.origins = {"built": 0, "memory": 0, "disk": 0}
@@ -94,10 +95,17 @@ class Optimized:
         return compiled
 
     def _build(self, program: Program, check_args):
-        from . import ad
+        from . import ad, trip_counts
         from .optimizer import optimize_program, outcome, results_differ
 
         started = time.perf_counter()
+        if check_args is not None and (self.check or self.memory_budget is not None) \
+                and trip_counts.has_while_loops(program):
+            # the cost model and the checkpoint planner price while loops by the trips they ran
+            program, observed = trip_counts.observe(program, check_args)
+            self.observed_trips += [seen for seen in observed if seen not in self.observed_trips]
+            self.timings["observe trips"] = self.timings.get("observe trips", 0.0) + time.perf_counter() - started
+            started = time.perf_counter()
         plan = None
         if self.wrt is not None:
             from .ad import checkpoint
@@ -191,6 +199,8 @@ class Optimized:
         lines = [f"egad.optimize report for {self.traced.name} (target {self.target})"]
         if not self.families:
             lines.append("  e-graph: not run (rules=())")
+        for seen in self.observed_trips:
+            lines.append(f"  trips observed on the example inputs (the cost model's guess): {seen}")
         for plan in self.checkpoint_plans:
             head, *rest = plan.lines()
             lines += [f"  checkpointing: {head}"] + [f"    {line}" for line in rest]

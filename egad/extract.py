@@ -61,7 +61,8 @@ upper bound reads (`dim` of a value whose shape has a symbolic dim from an
 `egad.Spec`, e.g. "T"); else the loop's static `trip_dim`; else its `trip_guess` attr
 (checkpoint segments, whose bounds are computed: docs/ir.md); symbols and `while`
 loops take `CostModel.trip_guesses` (by symbol or loop region id), else a
-`while` loop's `trip_guess`, else `default_guess` (capped by `max_iters`).
+`while` loop's `trip_guess` (its trips observed on example inputs,
+egad/trip_counts.py), else `default_guess` (capped by `max_iters`).
 Shapes of e-classes come from egad/egraph/class_types.py (the op table's shape rules
 run over the snapshot), with symbolic dims replaced by the same guesses.
 """

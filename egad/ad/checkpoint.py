@@ -624,10 +624,10 @@ def _evenness(policy: LoopPolicy) -> int:
 
 def _trip_counts(program: Program, loops: list, example_args) -> list[int | None]:
     """Per top-level loop, its trip count: a `for` loop's static one, a `while` loop's
-    on `example_args` (None without them, or for a `for` over a range known only
-    at run time)."""
-    counts = [_trips(b) for b in loops]
-    if example_args is not None and any(b.op == "while" for b in loops):
+    on `example_args`, or as observed there before (its `trip_guess`, egad/trip_counts.py);
+    None without them, or for a `for` over a range known only at run time."""
+    counts = [b.attrs.get("trip_guess") if b.op == "while" else _trips(b) for b in loops]
+    if example_args is not None and any(b.op == "while" and c is None for b, c in zip(loops, counts)):
         from ..interp import RunStats, interpret
 
         stats = RunStats()
