@@ -353,7 +353,9 @@ def online_table() -> dict:
     return {"rows": rows, "constant_mb": constant, "budget_mb": plan.budget / MB, "plan": plan.lines()}
 
 
-def _two_loops(W, x, g):
+def two_loops_loss(W, x, g):
+    """Two loops of 64 trips: four matmul steps a trip on x's rows, one elementwise
+    step a trip on g's (tests/ad/test_checkpoint.py plans it too)."""
     def heavy(t, h):
         for _ in range(4):
             h = enp.tanh(h @ W)
@@ -373,7 +375,7 @@ def loops_table() -> dict:
     rng = np.random.default_rng(2)
     args = ((rng.standard_normal((256, 256)) * 0.06).astype(np.float32),
             rng.standard_normal((32, 256)).astype(np.float32), rng.standard_normal((32, 1280)).astype(np.float32))
-    program = egad.trace(_two_loops, *args)
+    program = egad.trace(two_loops_loss, *args)
     heavy, light = checkpoint.plan(program, (0, 1, 2), 10**12).policies
     budget = heavy.bytes + min(dataclasses.replace(light, every=k).bytes for k in range(1, light.trips))
     plan = checkpoint.plan(program, (0, 1, 2), budget)

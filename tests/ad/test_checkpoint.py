@@ -15,6 +15,8 @@ from egad.ad import checkpoint
 from egad.errors import ArgumentError, EgadError
 from egad.ir.program import walk_bindings
 
+from benchmarks.memory import two_loops_loss
+
 from .gradcheck import assert_gradients_match
 
 T, B, H, I = 12, 2, 4, 3
@@ -449,22 +451,8 @@ def test_residuals_stacked_instead_of_taped_are_not_counted_as_extra_memory():
 
 
 # --- several loops: the plan is a knapsack over (time, bytes) ------------------------------
-
-def two_loops_loss(W, x, g):
-    """Loop A: four matmul steps a trip, on a narrow state; loop B: one elementwise step
-    a trip on a wider one. A tapes more bytes a trip, B is far cheaper to recompute."""
-    def heavy(t, h):
-        for _ in range(4):
-            h = enp.tanh(h @ W)
-        return h
-
-    def light(t, v):
-        return enp.sin(v) * 0.9
-
-    h = egad.fori_loop(0, 32, heavy, x)
-    v = egad.fori_loop(0, 32, light, g)
-    return enp.sum(h * h) + enp.sum(v * v)
-
+# two_loops_loss (benchmarks/memory.py): loop A, four matmul steps a trip on a narrow state; loop B,
+# one elementwise step a trip on a wider one. A tapes more bytes a trip, B is far cheaper to recompute.
 
 def two_loops_arguments():
     rng = np.random.default_rng(2)
@@ -476,7 +464,7 @@ def test_with_several_loops_the_plan_recomputes_where_it_costs_least():
     program = egad.trace(two_loops_loss, *args)
     heavy, light = checkpoint.plan(program, wrt=(0, 1, 2), memory_budget=10**9).policies
     assert heavy.residual_bytes > light.residual_bytes  # A is the larger: shrinking it first would be natural
-    light_one_level = min(dataclasses.replace(light, every=k).bytes for k in range(1, 32))
+    light_one_level = min(dataclasses.replace(light, every=k).bytes for k in range(1, light.trips))
     budget = heavy.bytes + light_one_level  # enough with B checkpointed once, or A instead
     plan = checkpoint.plan(program, wrt=(0, 1, 2), memory_budget=budget)
     chosen_heavy, chosen_light = plan.policies
