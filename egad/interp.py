@@ -117,10 +117,25 @@ def _same_static(a, b) -> bool:
         return a is b
 
 
+def _host_array(leaf) -> np.ndarray:
+    """`leaf` as a numpy array: anything np.asarray takes, or an array offered only
+    through DLPack (a torch or TVM tensor, as compiled programs take them), copied to
+    the host where it lives on a device."""
+    if not isinstance(leaf, np.ndarray) and hasattr(leaf, "__dlpack__"):
+        try:
+            return np.from_dlpack(leaf)
+        except (BufferError, RuntimeError, TypeError, ValueError):  # a device array: through its own copy
+            if hasattr(leaf, "numpy"):
+                return np.asarray(leaf.numpy())
+            if hasattr(leaf, "cpu"):
+                return np.asarray(leaf.cpu())
+    return np.asarray(leaf)
+
+
 def _check_leaf(leaf, expected: TensorType, path: str, symbols: dict[str, int]) -> np.ndarray:
     is_python_scalar = type(leaf) in (bool, int, float)
     try:
-        value = np.asarray(leaf)
+        value = _host_array(leaf)
         dtype = canonical_dtype(value.dtype)
     except (TypeError, ValueError) as error:
         raise ArgumentError(message(f"{path}: {type(leaf).__name__} is not an array ({error})",

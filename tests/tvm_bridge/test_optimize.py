@@ -152,6 +152,25 @@ def test_dlpack_arguments_are_accepted():
     np.testing.assert_allclose(dW, expected_dW, rtol=1e-10)
 
 
+def test_dlpack_arguments_reach_a_while_loops_trip_observation_and_the_interpreter():
+    """optimize interprets a program with while loops on its first call's arguments
+    (egad/trip_counts.py): arrays offered only through DLPack, or TVM tensors, are
+    read there as they are by the compiled program."""
+    import tvm
+
+    def loss(W, x):
+        h, _ = egad.while_loop(lambda s: s[1] < 5.0, lambda s: (enp.tanh(s[0] @ W), s[1] + 1.0), (x, 0.0))
+        return enp.sum(h * h)
+
+    x = np.ones((2, 3))
+    program = egad.trace(loss, W, x)
+    expected_value, (expected_dW,) = egad.interpret(egad.value_and_grad(program), W, x)
+    assert egad.interpret(program, _DLPackOnly(W), tvm.runtime.tensor(x)) == pytest.approx(expected_value)
+    value, (dW,) = egad.optimize(program, wrt=(0,))(_DLPackOnly(W), tvm.runtime.tensor(x))
+    np.testing.assert_allclose(value, expected_value, rtol=1e-12)
+    np.testing.assert_allclose(dW, expected_dW, rtol=1e-10)
+
+
 def test_arguments_and_results_are_never_aliased_wrongly():
     import tvm
 
