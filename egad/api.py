@@ -44,6 +44,7 @@ class Optimized:
         self.memory_budget = memory_budget
         self.checkpoint_plans: list = []  # egad.ad.checkpoint.CheckpointPlan, one per specialization (with wrt)
         self.observed_trips: list = []  # egad.trip_counts.Observed, while loops' trips on the example inputs
+        self.observed_sizes: dict[str, int] = {}  # symbolic dims' sizes on the first inputs that built each
         self._built_programs: dict[int, Program] = {}  # id(compiled) -> the program it was built from
         self.builds = 0  # specializations made ready: compiled, or loaded from a cache
         self.origins = {"built": 0, "memory": 0, "disk": 0}
@@ -98,6 +99,9 @@ class Optimized:
         from . import ad, trip_counts
         from .optimizer import optimize_program, outcome, results_differ
 
+        # symbolic dims (an egad.Spec's "T") are priced at their sizes on the inputs this build is for
+        sizes = trip_counts.symbol_sizes(program, check_args) if check_args is not None else {}
+        self.observed_sizes.update(sizes)
         started = time.perf_counter()
         if check_args is not None and (self.check or self.memory_budget is not None) \
                 and trip_counts.has_while_loops(program):
@@ -123,7 +127,7 @@ class Optimized:
             # grows with the program's run time); elsewhere the optimizer interprets both
             optimization = optimize_program(program, self.families, self.target,
                                             check_args=None if runs_here else examples,
-                                            memory_limit=_memory_limit(program, plan))
+                                            memory_limit=_memory_limit(program, plan), trip_guesses=sizes)
             for phase, seconds in optimization.timings.items():
                 self.timings[phase] = self.timings.get(phase, 0.0) + seconds
             optimization = _within_budget(optimization, original, plan)
@@ -199,6 +203,9 @@ class Optimized:
         lines = [f"egad.optimize report for {self.traced.name} (target {self.target})"]
         if not self.families:
             lines.append("  e-graph: not run (rules=())")
+        if self.observed_sizes:
+            sizes = ", ".join(f"{symbol}={size}" for symbol, size in sorted(self.observed_sizes.items()))
+            lines.append(f"  symbolic sizes on the example inputs (the cost model's guesses): {sizes}")
         for seen in self.observed_trips:
             lines.append(f"  trips observed on the example inputs (the cost model's guess): {seen}")
         for plan in self.checkpoint_plans:

@@ -60,7 +60,8 @@ Trip-count guesses (`trip_count_guesses`): constant bounds; else, from 0, the si
 upper bound reads (`dim` of a value whose shape has a symbolic dim from an
 `egad.Spec`, e.g. "T"); else the loop's static `trip_dim`; else its `trip_guess` attr
 (checkpoint segments, whose bounds are computed: docs/ir.md); symbols and `while`
-loops take `CostModel.trip_guesses` (by symbol or loop region id), else a
+loops take `CostModel.trip_guesses` (by symbol or loop region id; `egad.optimize`
+gives each symbol its size in the inputs a build is for), else a
 `while` loop's `trip_guess` (its trips observed on example inputs,
 egad/trip_counts.py), else `default_guess` (capped by `max_iters`).
 Shapes of e-classes come from egad/egraph/class_types.py (the op table's shape rules

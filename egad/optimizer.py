@@ -98,9 +98,11 @@ _CACHE: dict[tuple, Optimization] = {}
 
 
 def optimize_program(program: Program, families, target="llvm", limits=None, check_args=None,
-                     memory_limit: int | None = None) -> Optimization:
+                     memory_limit: int | None = None, trip_guesses=None) -> Optimization:
     """Saturate, extract and decode `program` with the rule `families` (Family objects
-    or names); check the result on `check_args` when given. `memory_limit` (bytes held
+    or names); check the result on `check_args` when given. `trip_guesses` (symbol ->
+    size, e.g. {"T": 300} from the example inputs) replace the cost model's default
+    guess for those symbolic dims. `memory_limit` (bytes held
     and taped, egad/ad/checkpoint.py's `kept_bytes`): when the fastest
     extraction holds more than it and than `program`, extract again with memory priced
     first (`CostModel.held_byte_seconds`), and keep that one if it fits. Never raises for
@@ -111,11 +113,12 @@ def optimize_program(program: Program, families, target="llvm", limits=None, che
     names = tuple(f if isinstance(f, str) else f.name for f in families)
     # fingerprints leave source lines out; a cached result carries its program's lines
     # into reports and the visualiser, so programs traced from other lines miss
-    key = (fingerprint(program), _source_lines(program), names, str(target), limits, memory_limit)
+    guesses = tuple(sorted((trip_guesses or {}).items()))
+    key = (fingerprint(program), _source_lines(program), names, str(target), limits, memory_limit, guesses)
     cached = _CACHE.get(key)
     if cached is not None:  # the same program (fingerprints cover ops, types and constants) seen before
         return dataclasses.replace(cached, cached=True)
-    result = _optimize(program, families, names, target, limits, check_args, memory_limit)
+    result = _optimize(program, families, names, target, limits, check_args, memory_limit, dict(guesses))
     _CACHE[key] = result
     return result
 
@@ -125,14 +128,15 @@ def optimize_program(program: Program, families, target="llvm", limits=None, che
 MEMORY_FIRST_BYTE_SECONDS = 1e-3
 
 
-def _optimize(program, families, names, target, limits, check_args, memory_limit=None) -> Optimization:
+def _optimize(program, families, names, target, limits, check_args, memory_limit=None,
+              trip_guesses=None) -> Optimization:
     from .egraph import Snapshot, decode, encode, extract_inserted, saturate
     from .egraph.record import EGraphRecord
     from .extract import CostModel, extract, predicted_cost
 
     result = Optimization(program, program, names)
     timings = result.timings
-    model = CostModel(target_constants(target))
+    model = CostModel(target_constants(target), trip_guesses=trip_guesses or {})
     try:
         started = time.perf_counter()
         encoding = encode(program)

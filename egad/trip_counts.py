@@ -14,6 +14,11 @@ with it, and the checkpoint planner plans a top-level `while` loop for it.
 `egad.optimize` observes on the example inputs it checks on (the first call's
 arguments, or `example_args=`) and says what it saw in its report.
 
+Likewise `symbol_sizes(program, args)`: the sizes an `egad.Spec`'s symbolic dims
+("T") take in the arguments a build is for, which `egad.optimize` gives the cost
+model as its guesses for those symbols (a loop over "T" steps, a batch of "B" rows)
+instead of the default 64. The program stays symbolic: only its price changes.
+
     program, seen = trip_counts.observe(program, example_args)
     seen  # [Observed(where='newton.py:14', runs=1, mean_trips=5.0)]
 """
@@ -21,8 +26,12 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 from .interp import RunStats, interpret
 from .ir.program import Program, Region, walk_bindings
+from .ir.types import bind_dims
+from .pytree import flatten
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,3 +76,25 @@ def _annotated(region: Region, trips: dict[int, list[int]], seen: list[Observed]
             binding = dataclasses.replace(binding, attrs=attrs, regions=regions)
         bindings.append(binding)
     return dataclasses.replace(region, bindings=bindings)
+
+
+def symbol_sizes(program: Program, args) -> dict[str, int]:
+    """The size each symbolic dim of `program` takes in `args`, read off the arguments'
+    shapes (nothing is copied or run); {} where they do not fit the program (the build
+    says what is wrong)."""
+    signature = program.signature
+    if len(args) != signature.num_args:
+        return {}
+    symbols: dict[str, int] = {}
+    param_types = iter(program.param_types)
+    for arg, tree in zip(args, signature.trees):
+        if tree is None:  # a static argument
+            continue
+        leaves, got_tree = flatten(arg)
+        if got_tree != tree:
+            return {}
+        for leaf in leaves:
+            shape = tuple(int(n) for n in getattr(leaf, "shape", np.shape(leaf)))
+            if bind_dims(next(param_types).shape, shape, symbols) is not None:
+                return {}
+    return symbols

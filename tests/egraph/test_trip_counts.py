@@ -94,3 +94,36 @@ def test_optimize_reports_the_trips_it_observed_and_keeps_the_gradient():
     np.testing.assert_allclose(grad, want_grad, rtol=1e-8)
     assert "trips observed on the example inputs" in optimized.report()
     assert "observe trips" in optimized.report()
+
+
+def spec_rnn(W, xs, h0):
+    return enp.sum(egad.fori_loop(0, xs.shape[0], lambda t, h: enp.tanh(xs[t] @ W + h), h0))
+
+
+SPEC_RNN = (egad.Spec((8, 8), "float64"), egad.Spec(("T", 4, 8), "float64"), egad.Spec((4, 8), "float64"))
+
+
+def _spec_rnn_arguments(steps):
+    rng = np.random.default_rng(0)
+    return rng.standard_normal((8, 8)) * 0.3, rng.standard_normal((steps, 4, 8)), np.zeros((4, 8))
+
+
+def test_symbol_sizes_read_the_arguments_shapes():
+    program = egad.trace(spec_rnn, *SPEC_RNN)
+    assert trip_counts.symbol_sizes(program, _spec_rnn_arguments(37)) == {"T": 37}
+    assert trip_counts.symbol_sizes(program, _spec_rnn_arguments(37)[:2]) == {}  # too few: the build says so
+    assert trip_counts.symbol_sizes(program, (np.ones((8, 8)), np.ones((5, 3, 8)), np.ones((4, 8)))) == {}
+
+
+def test_optimize_prices_symbolic_loops_at_the_sizes_they_run():
+    program = egad.trace(spec_rnn, *SPEC_RNN)
+    predicted = {}
+    for steps in (10, 400):
+        optimized = egad.optimize(program, wrt=(0,))
+        value, (grad,) = optimized(*_spec_rnn_arguments(steps))
+        want_value, (want_grad,) = egad.interpret(egad.value_and_grad(program, wrt=(0,)),
+                                                  *_spec_rnn_arguments(steps))
+        np.testing.assert_allclose(grad, want_grad, rtol=1e-8)
+        assert f"T={steps}" in optimized.report()
+        predicted[steps] = optimized.optimizations[0].predicted_before.seconds
+    assert 20 < predicted[400] / predicted[10] < 60  # a loop of 40 times the steps: about 40 times the cost
