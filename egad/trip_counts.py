@@ -1,4 +1,4 @@
-"""`while` loops' trip counts observed on example inputs, as the cost model's guesses.
+"""Trip counts and symbolic sizes seen on example inputs, as the cost model's guesses.
 
 The cost model prices a loop as its trips times one trip (egad/extract.py). A `for`
 loop's trips are mostly known (constant bounds, an `egad.Spec` symbol); a `while`
