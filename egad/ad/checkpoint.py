@@ -227,6 +227,10 @@ def segment(program: Program, loop: int, k: int, *deeper: int, online: Doubling 
     if not 0 <= loop < len(loops):
         raise EgadError(message(f"there is no top-level loop number {loop}",
                                 where=f"program {program.name} ({len(loops)} top-level for/while loops)"))
+    if loops[loop].attrs.get("max_iters") is not None:
+        raise EgadError(message("checkpointing a while loop bounded by max_iters is not supported: its segments "
+                                "would each count to the bound", where=f"the loop at {loops[loop].loc.long()}",
+                                instead="keep it store-all (plan does), or bound it in its condition instead"))
     if online is not None and loops[loop].op != "while":
         raise EgadError(message("online (doubling) segments are for `while` loops, whose trip count is not known "
                                 "before they run", where=f"the loop at {loops[loop].loc.long()}",
@@ -530,7 +534,8 @@ class _Option:
 def _options(policy: LoopPolicy, binding, budget: int, target) -> list[_Option]:
     """The policies one loop may take, without those another takes in fewer bytes at
     no more cost: store-all, every-k chains, binomial cuts (a `for` loop without ys)."""
-    if not policy.residual_bytes or not isinstance(policy.trips, int) or policy.trips < 2:
+    if not policy.residual_bytes or not isinstance(policy.trips, int) or policy.trips < 2 \
+            or binding.attrs.get("max_iters") is not None:  # `segment` refuses a bounded while loop
         return [_Option(policy, (0.0, 0, 0))]
     has_ys = len(binding.outputs) > binding.attrs["n_state"]
     # a `while` loop's trip count is only a sample: its segments double on longer runs (egad/ad/online.py)

@@ -150,6 +150,21 @@ def test_online_segments_on_deeper_levels_keep_the_gradient(planned):
         np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-13)
 
 
+@settings(max_examples=25, deadline=None)
+@given(st.integers(1, 400), st.integers(1, 400), st.integers(1, 9), st.integers(0, 80))
+def test_any_doubling_rule_keeps_the_gradient_of_any_run(state, residual, k, steps):
+    """Whatever S, R and k the rule is given (so whenever its segments double), and
+    however many trips the loop runs, the segmented gradient is the store-all one."""
+    program = egad.trace(steps_loss, *steps_arguments(16))
+    segmented = checkpoint.segment(program, 0, k, online=Doubling(state, residual))
+    args = steps_arguments(steps)
+    want_value, want_grads = egad.interpret(egad.value_and_grad(program, wrt=(0, 1)), *args)
+    got_value, got_grads = egad.interpret(egad.value_and_grad(segmented, wrt=(0, 1)), *args)
+    np.testing.assert_allclose(got_value, want_value, rtol=1e-13)
+    for got, want in zip(got_grads, want_grads):
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-13)
+
+
 def test_online_segments_are_refused_for_a_for_loop():
     program = egad.trace(rnn_loss, *arguments())
     with pytest.raises(EgadError, match="online .doubling. segments are for `while` loops"):
@@ -168,3 +183,14 @@ def test_optimize_compiles_online_segments_that_follow_longer_runs():
         for got, want in zip(grads, want_grads):
             np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-5)
     assert "online checkpoints" in optimized.report()
+
+
+def test_a_while_loop_bounded_by_max_iters_is_not_segmented():
+    from .test_tapes import bounded_growth
+
+    x = np.array([0.3, 0.7])
+    program, _ = bounded_growth(x, max_iters=3)
+    with pytest.raises(EgadError, match="max_iters is not supported"):
+        checkpoint.segment(program, 0, 2)
+    (policy,) = checkpoint.plan(program, wrt=(0,), memory_budget=1, example_args=(x,)).policies
+    assert not policy.checkpointed  # store-all: the plan leaves it alone
