@@ -86,12 +86,18 @@ class _Run:
 
 
 def _flatten_arguments(program: Program, args: tuple, symbols: dict[str, int]) -> list[np.ndarray]:
+    return [_check_leaf(leaf, expected, path, symbols) for path, leaf, expected in argument_leaves(program, args)]
+
+
+def argument_leaves(program: Program, args: tuple):
+    """(path, leaf, the param type it binds) of every array leaf of `args`, in the
+    program's param order, static arguments checked against their traced values;
+    an ArgumentError where `args` do not fit the program's structure."""
     signature = program.signature
     if len(args) != signature.num_args:
         raise ArgumentError(message(
             f"program {program.name} takes {signature.num_args} positional arguments, got {len(args)}",
             where=str(program.loc.long()), instead="pass the same positional arguments as to egad.trace"))
-    flat: list[np.ndarray] = []
     param_types = iter(program.param_types)
     for k, (arg, tree, baked) in enumerate(zip(args, signature.trees, signature.static_values)):
         if tree is None:
@@ -105,8 +111,7 @@ def _flatten_arguments(program: Program, args: tuple, symbols: dict[str, int]) -
             raise ArgumentError(message(f"argument {k} has structure {got_tree}, the program was traced with {tree}",
                                         instead="pass arguments with the structure used at trace time"))
         for path, leaf in zip(leaf_paths(tree, f"argument {k}"), leaves):
-            flat.append(_check_leaf(leaf, next(param_types), path, symbols))
-    return flat
+            yield path, leaf, next(param_types)
 
 
 def _same_static(a, b) -> bool:

@@ -28,10 +28,10 @@ import dataclasses
 
 import numpy as np
 
-from .interp import RunStats, interpret
+from .errors import ArgumentError
+from .interp import RunStats, argument_leaves, interpret
 from .ir.program import Program, Region, walk_bindings
 from .ir.types import bind_dims
-from .pytree import flatten
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,19 +82,12 @@ def symbol_sizes(program: Program, args) -> dict[str, int]:
     """The size each symbolic dim of `program` takes in `args`, read off the arguments'
     shapes (nothing is copied or run); {} where they do not fit the program (the build
     says what is wrong)."""
-    signature = program.signature
-    if len(args) != signature.num_args:
-        return {}
     symbols: dict[str, int] = {}
-    param_types = iter(program.param_types)
-    for arg, tree in zip(args, signature.trees):
-        if tree is None:  # a static argument
-            continue
-        leaves, got_tree = flatten(arg)
-        if got_tree != tree:
-            return {}
-        for leaf in leaves:
+    try:
+        for _, leaf, expected in argument_leaves(program, args):
             shape = tuple(int(n) for n in getattr(leaf, "shape", np.shape(leaf)))
-            if bind_dims(next(param_types).shape, shape, symbols) is not None:
+            if bind_dims(expected.shape, shape, symbols) is not None:
                 return {}
+    except ArgumentError:
+        return {}
     return symbols

@@ -490,8 +490,9 @@ class BackwardRegion:
         ys_types = [TensorType((trip_dim,) + t.shape, t.dtype) for t in adjoint.sparse_types]
         outputs = record("for", [lo, hi, *state_cts, *accumulators, *tapes, *invariants, *ys_cts,
                                  *([lo] if adjoint.reads_lo else [])],
+                         # a `for` over the trips the forward loop ran: a bound on them does not apply
                          {"n_state": n_carry, "reverse": not binding.attrs.get("reverse", False), "trip_dim": trip_dim,
-                          **{k: v for k, v in _kept_attrs(binding).items() if k == "trip_guess"}},
+                          **_kept_attrs(binding, ("trip_guess",))},
                          [t for t in body.result_types[:n_carry]] + ys_types, (clone_region(body),))
         position = 0
         for k in adjoint.active_slots:
@@ -619,9 +620,9 @@ def _used_vars(bindings: list[Binding], results: list[Var]) -> set[int]:
     return used
 
 
-def _kept_attrs(binding: Binding) -> dict:
-    """The attrs of `binding` (a loop) its forward copy keeps (`KEPT_LOOP_ATTRS`)."""
-    return {k: binding.attrs[k] for k in KEPT_LOOP_ATTRS if binding.attrs.get(k) is not None}
+def _kept_attrs(binding: Binding, keys=KEPT_LOOP_ATTRS) -> dict:
+    """The attrs of `binding` (a loop) among `keys` that it has (its copies keep them)."""
+    return {k: binding.attrs[k] for k in keys if binding.attrs.get(k) is not None}
 
 
 def _while_cond_with_extra_state(binding: Binding, forward_body: Region) -> Region:
