@@ -88,17 +88,26 @@ class Facts:
         return cid in self.invariant.get(region, ())
 
 
-def analyse(encoding, snapshot: Snapshot) -> Facts:
-    types = ClassTypes(encoding, snapshot).types
+def analyse(encoding, snapshot: Snapshot, previous: Facts | None = None) -> Facts:
+    """The facts of `snapshot`. `previous`: the facts of an earlier snapshot of the same
+    e-graph, whose class types still hold (an e-class keeps its id and its type until it
+    is merged away), so only the classes new since then are typed."""
+    types = ClassTypes(encoding, snapshot, known=previous.types if previous is not None else None).types
     reads = {cid: [(node, _reads(node)) for node in members]
              for cid, members in snapshot.nodes.items() if cid.sort == "Term"}
-    invariant = _invariant_classes_by_loop(reads, encoding.regions)
+    loops = [r for r, info in encoding.regions.items() if info.op in LOOP_OPS]
+    masks = _invariance_masks(reads, encoding.regions, loops)
+    invariant: dict[int, set[ClassId]] = {r: set() for r in loops}
     boundary = set()
-    for r, independent in invariant.items():
-        for cid, members in reads.items():
-            if cid not in independent:
-                for _, inputs in members:
-                    boundary.update((child, r) for child in inputs if child in independent)
+    for cid, members in reads.items():
+        own = masks.get(cid, 0)
+        for r in _bits(own, loops):
+            invariant[r].add(cid)
+        for _, inputs in members:  # (child, r): a node not invariant in r reads a child that is
+            for child in inputs:
+                outside = masks.get(child, 0) & ~own
+                if outside:
+                    boundary.update((child, r) for r in _bits(outside, loops))
     return Facts(types, invariant, boundary, _parameter_derived(reads))
 
 
@@ -182,18 +191,24 @@ def _reads(node: ENode) -> list[ClassId]:
     return [c for c in reads if c.sort == "Term"]
 
 
-def _invariant_classes_by_loop(reads: dict[ClassId, list], regions: dict) -> dict[int, set[ClassId]]:
-    """For each loop, the classes with a node that reads no Arg of the loop or of a
-    region nested in it (a least fixpoint: a class joins once one of its nodes has all
-    its reads in; a loop node, for its own loop, reads only its operands, since its
-    results bind the loop's Args; tape ops never join). `reads`: class -> [(node, the
-    classes it reads)].
+def _bits(mask: int, loops: list[int]):
+    """The loops whose bits are set in `mask` (bit j: the j-th loop)."""
+    while mask:
+        low = mask & -mask
+        yield loops[low.bit_length() - 1]
+        mask ^= low
 
-    All loops at once: each class carries a bitmask of the loops it is independent of
-    (bit j for the j-th loop), its nodes' masks ORed, each node's the AND of its reads'.
-    One pass instead of one per loop: GNMT-lite's gradient has about 25 loops, and the
-    per-loop passes were a third of a saturation round."""
-    loops = [r for r, info in regions.items() if info.op in LOOP_OPS]
+
+def _invariance_masks(reads: dict[ClassId, list], regions: dict, loops: list[int]) -> dict[ClassId, int]:
+    """For each class, the loops it is invariant in, as a bitmask (bit j for `loops[j]`):
+    the classes with a node that reads no Arg of the loop or of a region nested in it (a
+    least fixpoint: a class joins once one of its nodes has all its reads in; a loop
+    node, for its own loop, reads only its operands, since its results bind the loop's
+    Args; tape ops never join). `reads`: class -> [(node, the classes it reads)].
+
+    All loops at once: each class's mask is its nodes' masks ORed, each node's the AND
+    of its reads'. One pass instead of one per loop: GNMT-lite's gradient has about 25
+    loops, and the per-loop passes were a third of a saturation round."""
     bit = {r: 1 << j for j, r in enumerate(loops)}
     everything = (1 << len(loops)) - 1
     blocked = {}  # region -> the loops an Arg of it depends on: itself and the loops around it
@@ -239,13 +254,16 @@ def _invariant_classes_by_loop(reads: dict[ClassId, list], regions: dict) -> dic
     while work:
         for cid, node, inputs in parents.get(work.pop(), ()):
             raise_mask(cid, node, inputs)
-    return {r: {cid for cid, mask in masks.items() if mask & bit[r]} for r in loops}
+    return masks
 
 
 def _parameter_derived(reads: dict[ClassId, list]) -> set[ClassId]:
     """Classes with a node built from program parameters (`Arg(0, .)`) and constants by pure
-    single-output ops only (a least fixpoint, like `_invariant_classes_by_loop`)."""
-    def node_ok(node: ENode, inputs: list[ClassId], derived: set[ClassId]) -> bool:
+    single-output ops only (a least fixpoint over a worklist of readers, like
+    `_invariance_masks`)."""
+    derived: set[ClassId] = set()
+
+    def node_ok(node: ENode, inputs: list[ClassId]) -> bool:
         if node.head == "Arg":
             return node.args[0] == 0
         if node.head in ("Scalar", "Splat", "Array"):
@@ -254,14 +272,18 @@ def _parameter_derived(reads: dict[ClassId, list]) -> set[ClassId]:
             return False
         return all(c in derived for c in inputs)
 
-    derived: set[ClassId] = set()
-    changed = True
-    while changed:
-        changed = False
-        for cid, members in reads.items():
-            if cid not in derived and any(node_ok(node, inputs, derived) for node, inputs in members):
+    readers: dict[ClassId, list[tuple[ClassId, ENode, list]]] = {}
+    for cid, members in reads.items():
+        for node, inputs in members:
+            for child in inputs:
+                readers.setdefault(child, []).append((cid, node, inputs))
+    work = [cid for cid, members in reads.items() if any(node_ok(node, inputs) for node, inputs in members)]
+    derived.update(work)
+    while work:
+        for cid, node, inputs in readers.get(work.pop(), ()):
+            if cid not in derived and node_ok(node, inputs):
                 derived.add(cid)
-                changed = True
+                work.append(cid)
     return derived
 
 

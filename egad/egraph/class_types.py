@@ -48,12 +48,19 @@ def node_inputs(node: ENode) -> list[ClassId]:
 
 
 class ClassTypes:
-    """`types[cid]`: the class's type; `attrs(cid)`: an Attrs class decoded (cached)."""
+    """`types[cid]`: the class's type; `attrs(cid)`: an Attrs class decoded (cached).
 
-    def __init__(self, encoding, snapshot: Snapshot):
+    `known`: types of classes from an earlier snapshot of the same e-graph (a class keeps
+    its id and its type until a union merges it away, and a merge keeps the type). They
+    are taken as they are and only the other classes are typed, so `typed_nodes` then
+    holds the nodes of those classes only: an extractor must type afresh."""
+
+    def __init__(self, encoding, snapshot: Snapshot, known: dict[ClassId, object] | None = None):
         self.encoding = encoding
         self.snapshot = snapshot
         self.types: dict[ClassId, object] = {}
+        if known:
+            self.types = {cid: type_ for cid, type_ in known.items() if cid in snapshot.nodes}
         self.typed_nodes: set[ENode] = set()  # nodes whose shape rule accepted their inputs
         self._attrs: dict[ClassId, dict] = {}
         self.arg_types: dict[tuple[int, int], object] = {
@@ -80,6 +87,8 @@ class ClassTypes:
         readers: dict[ClassId, list[tuple[ClassId, ENode]]] = defaultdict(list)
         pending: list[tuple[ClassId, ENode]] = []
         for cid, members in self.snapshot.nodes.items():
+            if cid in self.types:  # known: its nodes need not be typed, and nothing waits on it
+                continue
             for node in members:
                 if node.head not in TERM_HEADS:
                     continue

@@ -151,11 +151,21 @@ def saturate(encoding: Encoding, families=None, limits: Limits = Limits()) -> Sa
     facts_written = 0
     snapshot = Snapshot.of(egraph)
     stopped_by, rounds = "rounds", 0
-    analysed = None  # (snapshot, its facts): the transformers' analysis, reused when they changed nothing
     late_done = False  # the late transformers ran on an e-graph that nothing changed since
+    analysed = None  # (snapshot, its facts): the latest analysis
+
+    def facts_of(snapshot: Snapshot) -> Facts:
+        """The snapshot's facts, analysed once; the classes the last analysis typed keep their types."""
+        nonlocal analysed
+        if analysed is None or analysed[0] is not snapshot:
+            analysed = (snapshot, analyse(encoding, snapshot, previous=analysed[1] if analysed else None))
+        return analysed[1]
+
+    editor = Editor(egraph, snapshot, encoding.provenance, encoding.bound)
     for rounds in range(1, limits.rounds + 1):
-        editor = Editor(egraph, snapshot, encoding.provenance)
-        facts = analysed[1] if analysed is not None and analysed[0] is snapshot else analyse(encoding, snapshot)
+        if editor.snapshot is not snapshot:  # else the last round's editor, flushed, still holds
+            editor = Editor(egraph, snapshot, encoding.provenance, encoding.bound)
+        facts = facts_of(snapshot)
         written = update(editor, encoding, facts)
         facts_written += written
 
@@ -188,9 +198,7 @@ def saturate(encoding: Encoding, families=None, limits: Limits = Limits()) -> Sa
         for phase in (transformers, late_transformers if quiet and not late_done else []):
             if not phase or transformed:
                 continue
-            analysed = analysed if analysed is not None and analysed[0] is snapshot else \
-                (snapshot, analyse(encoding, snapshot))
-            view = TransformView(encoding, snapshot, analysed[1], editor)
+            view = TransformView(encoding, snapshot, facts_of(snapshot), editor)
             for rule in phase:
                 view.site, recorded, started = rule.site, len(encoding.provenance), time.perf_counter()
                 matches[rule.name] += rule.transform(view)

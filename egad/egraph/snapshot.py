@@ -14,6 +14,7 @@ expression); this is the one module that touches that internal.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 
 from egglog import EGraph
 
@@ -25,7 +26,7 @@ _VEC_PREFIX = "egglog.builtins.Vec["
 
 class Snapshot:
     def __init__(self, nodes: dict[ClassId, list[ENode]], handles: dict[int, ClassId],
-                 tables: dict[str, list[tuple]] | None = None):
+                 tables: Mapping[str, list[tuple]] | None = None):
         self.nodes = nodes  # e-class -> its e-nodes, in table order
         self.handles = handles  # insertion handle -> its e-class
         self.tables = tables or {}  # any other table -> its rows, (*inputs, output) with fields decoded
@@ -37,23 +38,24 @@ class Snapshot:
         frozen = raw.freeze()
         nodes: dict[ClassId, list[ENode]] = defaultdict(list)
         handles: dict[int, ClassId] = {}
-        tables: dict[str, list[tuple]] = {}
+        others = {}
+        decoders: dict[str, object] = {}  # sort -> its field decoder, made once per snapshot
         for head, table in frozen.functions.items():
             if table.is_let_binding:
                 continue
             if head not in LANGUAGE_HEADS:
-                sorts = (*table.input_sorts, table.output_sort)
-                tables[head] = [tuple(_field(raw, sort, value) for sort, value in zip(sorts, (*row.inputs, row.output)))
-                                for row in table.rows]
+                others[head] = table
                 continue
             if head == "Bound":
                 for row in table.rows:
                     handles[raw.value_to_i64(row.inputs[0])] = ClassId(table.output_sort, row.output)
                 continue
+            fields = [_decoder(raw, sort, decoders) for sort in table.input_sorts]
+            sort = table.output_sort
             for row in table.rows:
-                args = tuple(_field(raw, sort, value) for sort, value in zip(table.input_sorts, row.inputs))
-                nodes[ClassId(table.output_sort, row.output)].append(ENode(head, args))
-        return cls(dict(nodes), handles, tables)
+                args = tuple(decode(value) for decode, value in zip(fields, row.inputs))
+                nodes[ClassId(sort, row.output)].append(ENode(head, args))
+        return cls(dict(nodes), handles, _Tables(raw, others, decoders))
 
     def node_of(self, cid: ClassId) -> ENode:
         """A class's first e-node (attribute classes have exactly one)."""
@@ -91,14 +93,42 @@ class Snapshot:
 _MISSING = object()
 
 
-def _field(raw, sort: str, value):
-    if sort == "i64":
-        return raw.value_to_i64(value)
-    if sort == "String":
-        return raw.value_to_string(value)
-    if sort == "bool":
-        return raw.value_to_bool(value)
-    if sort.startswith(_VEC_PREFIX):
-        element = sort[len(_VEC_PREFIX):-1]
-        return tuple(_field(raw, element, item) for item in raw.value_to_vec(value))
-    return ClassId(sort.rsplit(".", 1)[-1], value)  # a term sort: "Term", or "egad.egraph.language.Term" in a Vec
+class _Tables(Mapping):
+    """The tables that are not e-nodes, each decoded when first read: most snapshots
+    are read for their e-nodes only, and the analysis tables are as long as the e-graph."""
+
+    def __init__(self, raw, tables: dict, decoders: dict):
+        self._raw, self._tables, self._decoders = raw, tables, decoders
+        self._decoded: dict[str, list[tuple]] = {}
+
+    def __getitem__(self, head: str) -> list[tuple]:
+        if head not in self._decoded:
+            table = self._tables[head]
+            fields = [_decoder(self._raw, sort, self._decoders) for sort in (*table.input_sorts, table.output_sort)]
+            self._decoded[head] = [tuple(decode(value) for decode, value in zip(fields, (*row.inputs, row.output)))
+                                   for row in table.rows]
+        return self._decoded[head]
+
+    def __iter__(self):
+        return iter(self._tables)
+
+    def __len__(self) -> int:
+        return len(self._tables)
+
+
+def _decoder(raw, sort: str, decoders: dict):
+    """The function that decodes a field of `sort` (see the module docstring), cached in `decoders`."""
+    if sort not in decoders:
+        if sort == "i64":
+            decoders[sort] = raw.value_to_i64
+        elif sort == "String":
+            decoders[sort] = raw.value_to_string
+        elif sort == "bool":
+            decoders[sort] = raw.value_to_bool
+        elif sort.startswith(_VEC_PREFIX):
+            item = _decoder(raw, sort[len(_VEC_PREFIX):-1], decoders)
+            decoders[sort] = lambda value: tuple(item(v) for v in raw.value_to_vec(value))
+        else:  # a term sort: "Term", or "egad.egraph.language.Term" in a Vec
+            name = sort.rsplit(".", 1)[-1]
+            decoders[sort] = lambda value: ClassId(name, value)
+    return decoders[sort]

@@ -1,6 +1,8 @@
-"""Loop invariance facts (egad/egraph/analysis.py): the all-loops-at-once fixpoint
-against the definition computed one loop at a time, on saturated gradients with
-nested loops, branches and rule-made loops."""
+"""The facts rules read (egad/egraph/analysis.py), against their definitions computed
+the plain way, on saturated gradients with nested loops, branches and rule-made loops:
+loop invariance (all loops at once vs one loop at a time), the boundary reads, the
+parameter-derived classes (worklist vs plain iteration), and class types carried over
+from an earlier snapshot vs typed afresh."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,7 +10,8 @@ import pytest
 
 import egad
 from egad.egraph import Snapshot, encode, saturate
-from egad.egraph.analysis import LOOP_OPS, _invariant_classes_by_loop, _reads
+from egad.egraph.analysis import LOOP_OPS, _reads, analyse
+from egad.egraph.class_types import ClassTypes
 from egad.egraph.enode import ClassId, ENode
 from egad.egraph.placement import CONTROL_HEADS, is_effect, local_inputs
 from tests.ad.gradcheck import scalar_loss, to_float64
@@ -49,20 +52,70 @@ def invariant_one_loop(reads: dict[ClassId, list], loop: int, regions: dict) -> 
 NAMES = ["lstm", "attention_decoder", "nest3_ragged", "loop_in_branch", "while_in_fori", "stacked_rnn"]
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_invariance_of_every_loop_at_once_matches_one_loop_at_a_time(name):
+def parameter_derived_by_iteration(reads: dict[ClassId, list]) -> set[ClassId]:
+    """The definition: classes with a node built from `Arg(0, .)` and constants by pure
+    single-output ops, iterated until nothing changes."""
+    def node_ok(node: ENode, inputs, derived) -> bool:
+        if node.head == "Arg":
+            return node.args[0] == 0
+        if node.head in ("Scalar", "Splat", "Array"):
+            return True
+        if not node.head.startswith("Op") or is_effect(node) or node.args[0] == "top_k":
+            return False
+        return all(c in derived for c in inputs)
+
+    derived: set[ClassId] = set()
+    changed = True
+    while changed:
+        changed = False
+        for cid, members in reads.items():
+            if cid not in derived and any(node_ok(node, inputs, derived) for node, inputs in members):
+                derived.add(cid)
+                changed = True
+    return derived
+
+
+def gradient_encoding(name: str):
+    """The e-graph of a corpus program's loss and gradient, before any rule ran."""
     program = next(p for p in all_programs() if p.name == name)
     args = to_float64(program.make_args(np.random.default_rng(0)))
     gradient = egad.value_and_grad(egad.trace(scalar_loss(program.fn, 0), *args, static_argnums=program.static_argnums),
                                    wrt=program.differentiable_argnums)
-    encoding = encode(gradient)
+    return encode(gradient)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_facts_match_their_definitions(name):
+    encoding = gradient_encoding(name)
     saturate(encoding)  # rule-made nodes and loops (batch-weight-gradient copies) too
     snapshot = Snapshot.of(encoding.egraph)
     reads = {cid: [(node, _reads(node)) for node in members]
              for cid, members in snapshot.nodes.items() if cid.sort == "Term"}
     loops = [r for r, info in encoding.regions.items() if info.op in LOOP_OPS]
     assert loops
-    by_loop = _invariant_classes_by_loop(reads, encoding.regions)
-    assert sorted(by_loop) == sorted(loops)
+    facts = analyse(encoding, snapshot)
+    assert sorted(facts.invariant) == sorted(loops)
+    boundary = set()
     for loop in loops:
-        assert by_loop[loop] == invariant_one_loop(reads, loop, encoding.regions), loop
+        independent = invariant_one_loop(reads, loop, encoding.regions)
+        assert facts.invariant[loop] == independent, loop
+        boundary.update((child, loop) for cid, members in reads.items() if cid not in independent
+                        for _, inputs in members for child in inputs if child in independent)
+    assert facts.boundary == boundary
+    assert facts.parameter_derived == parameter_derived_by_iteration(reads)
+
+
+@pytest.mark.parametrize("name", ["lstm", "loop_in_branch"])
+def test_types_carried_from_an_earlier_snapshot_are_the_types_found_afresh(name):
+    """Saturation types each snapshot's new classes only, keeping the types of the
+    classes an earlier snapshot had: after a few rounds of rewrites and unions, those
+    are the types a fresh pass over the whole snapshot finds."""
+    encoding = gradient_encoding(name)
+    first = analyse(encoding, Snapshot.of(encoding.egraph))
+    assert saturate(encoding).fired()
+    snapshot = Snapshot.of(encoding.egraph)
+    carried = analyse(encoding, snapshot, previous=first).types
+    fresh = ClassTypes(encoding, snapshot).types
+    assert set(fresh) & set(first.types) and set(fresh) - set(first.types)  # classes carried, classes new
+    assert set(carried) == set(fresh)
+    assert all(carried[cid] == fresh[cid] for cid in fresh)
