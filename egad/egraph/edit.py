@@ -13,6 +13,9 @@ in any later snapshot. Commands go to egglog's low-level bindings in one
 """
 from __future__ import annotations
 
+import os
+import tempfile
+
 from egglog import EGraph, bindings
 
 from .enode import ClassId, ENode, Handle
@@ -33,6 +36,7 @@ class Editor:
         for handle, cid in sorted(snapshot.handles.items(), reverse=True):
             self.keys[cid] = Handle(handle)  # the shortest form; the lowest handle wins
         self._commands: list = []
+        self._files: list[str] = []  # row files the queued `input` commands read
         self._recorded: dict[int, tuple[ENode, object]] = {}  # id(new node) -> (node, its stable form)
 
     # --- stable forms ------------------------------------------------------------
@@ -94,16 +98,48 @@ class Editor:
             return tuple(self._new_field(item, site) for item in field)
         return self.form(field)
 
+    def handle(self, cid: ClassId) -> Handle:
+        """The insertion handle of a term class. A class whose stable form is a node (an
+        `Arg`, a `Get`) gets a fresh handle bound to it (queued), so that facts about it
+        can be written as rows over handles (`load_rows`)."""
+        key = self.keys[cid]
+        if isinstance(key, Handle):
+            return key
+        if self.bound is None:
+            raise ValueError("an Editor made without the encoding's `bound` list cannot add handles")
+        handle = Handle(len(self.bound))
+        self.bound.append(key)
+        self._commands.append(bindings.ActionCommand(bindings.Set(_SPAN, "Bound", [_int(handle.index)], _expr(key))))
+        self.keys[cid] = handle
+        return handle
+
     def union(self, cid: ClassId, node: ENode | ClassId, site: RuleSite) -> None:
         """Queue: the class `cid` also holds `node` (fields as for `record`), introduced by
         `site`; or, for a class id, the two classes are one."""
         stable = self.form(node) if isinstance(node, ClassId) else self.record(node, site, like=cid)
         self._commands.append(bindings.ActionCommand(bindings.Union(_SPAN, _expr(self.keys[cid]), _expr(stable))))
 
-    def set_value(self, function: str, cid: ClassId, value) -> None:
-        """Queue `(set (function <cid>) value)`; value: an int, str or an attribute node."""
-        self._commands.append(bindings.ActionCommand(bindings.Set(_SPAN, function, [_expr(self.keys[cid])],
-                                                                  _expr(value))))
+    def set_value(self, function: str, key: ClassId | int | str, value) -> None:
+        """Queue `(set (function <key>) value)`; key: a class or a primitive; value: an int,
+        str or an attribute node."""
+        argument = _expr(self.keys[key]) if isinstance(key, ClassId) else _expr(key)
+        self._commands.append(bindings.ActionCommand(bindings.Set(_SPAN, function, [argument], _expr(value))))
+
+    def load_rows(self, relation: str, rows: list[tuple[int | str, ...]]) -> None:
+        """Queue rows of a relation over i64 and String columns as one `(input relation
+        file)`: egglog reads thousands of rows from a file in milliseconds, where a command
+        a row costs about 0.1 ms each (the analyses write thousands of facts a round)."""
+        if not rows:
+            return
+        descriptor, path = tempfile.mkstemp(prefix="egad-rows-", suffix=".tsv")
+        with os.fdopen(descriptor, "w") as file:
+            for row in rows:
+                fields = [str(field) for field in row]
+                if any("\t" in field or "\n" in field for field in fields):
+                    raise ValueError(f"a row of {relation} holds a tab or a newline: {row!r}")
+                file.write("\t".join(fields) + "\n")
+        self._files.append(path)
+        self._commands.append(bindings.Input(_SPAN, relation, path))
 
     def assert_fact(self, relation: str, cid: ClassId, *values: int) -> None:
         """Queue `(relation <cid> values...)`."""
@@ -113,8 +149,13 @@ class Editor:
     def flush(self) -> int:
         """Send the queued commands; returns how many there were."""
         commands, self._commands = self._commands, []
-        if commands:
-            self.egraph._egraph.run_program(*commands)
+        files, self._files = self._files, []
+        try:
+            if commands:
+                self.egraph._egraph.run_program(*commands)
+        finally:
+            for path in files:
+                os.remove(path)
         return len(commands)
 
 
