@@ -199,6 +199,22 @@ def test_a_copys_cheaper_forward_loop_does_not_bind_the_extraction_to_its_dearer
     assert STATES in report.fired() and costs[1] == pytest.approx(costs[0])
 
 
+def test_with_three_transformers_copies_the_extraction_is_no_dearer_than_with_stacking_alone():
+    """A gate-by-gate LSTM cell's loops get copies from all three checkpoint transformers.
+    Banning the recompute copies the greedy pass takes let the states copies in, dearer
+    than stacking alone; so each transformer's copies are also tried alone."""
+    args = tuple(np.random.default_rng(3).normal(size=shape) for shape in GATED_SHAPES.values())
+    gradient = egad.value_and_grad(egad.trace(gated_cell, *args), wrt=tuple(range(11)))
+    costs = []
+    for rounds in (1, Limits().rounds):  # stacking only; then the late recompute and states copies too
+        encoding = encode(gradient)
+        report = saturate(encoding, families=["checkpoint"], limits=Limits(rounds=rounds, seconds=300))
+        snapshot = Snapshot.of(encoding.egraph)
+        costs.append(predicted_cost(encoding, snapshot, extract(encoding, snapshot)).total)
+    assert {STACK, RECOMPUTE, STATES} <= set(report.fired())
+    assert costs[1] <= costs[0] * (1 + 1e-9)
+
+
 def linear_recurrence(xs, W, h0):
     """h' = h @ W + x: the adjoint reads only h_{t-1}, which is the state itself."""
     h = egad.fori_loop(0, xs.shape[0], lambda t, h: h @ W + xs[t], h0)
