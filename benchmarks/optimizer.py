@@ -8,6 +8,11 @@
 - corpus: every corpus gradient program (tests/programs) with default rules against
   `rules=()` (target: none more than 1.05x slower), and the time to optimize and
   build each one (target: median <= 5 s);
+- saturation: the time the e-graph takes to saturate under the default families,
+  without a time limit, on the LSTM's (T=6) and GNMT-tiny's loss and gradients
+  (`egad rules stats`' workloads), and how much of it the rules took (egglog's search
+  and apply, the loop transformers) against the analyses and snapshots around them;
+  `egad.optimize` stops saturating at `optimizer.DEFAULT_SECONDS`;
 - ranking: alternative extractions of the LSTM (rule families switched off, crossed
   with checkpointing policies of one to three levels), the cost model's predicted
   time against the measured time: the Spearman rank correlation (target: >= 0.8,
@@ -122,6 +127,29 @@ def corpus_section() -> list[dict]:
     return rows
 
 
+SATURATION_WORKLOADS = ("lstm", "gnmt-tiny")
+SATURATION_REPEATS = 3
+
+
+def saturation_section() -> list[dict]:
+    from egad.egraph import Limits, encode, saturate
+    from egad.optimizer import DEFAULT_SECONDS
+    from egad.rule_programs import optimized_cases, workload_cases
+
+    rows = []
+    for workload in SATURATION_WORKLOADS:
+        for case in optimized_cases(workload_cases(workload)):
+            reports = [saturate(encode(case.program), families=[f.name for f in rules.default()],
+                                limits=Limits(seconds=600)) for _ in range(SATURATION_REPEATS)]
+            report = sorted(reports, key=lambda r: r.seconds)[len(reports) // 2]
+            rows.append({"workload": case.name, "stopped by": report.stopped_by, "rounds": report.rounds,
+                         "e-nodes": report.nodes, "saturate s": report.seconds,
+                         "in rules s": sum(report.rule_seconds.values()), "optimize limit s": DEFAULT_SECONDS,
+                         "all runs s": [r.seconds for r in reports]})
+            print(f"  {case.name:24s} {report.seconds:6.2f} s", flush=True)
+    return rows
+
+
 # Alternative extractions of the LSTM: rule families switched on and off, crossed with
 # GradLoop policies (egad/ad/checkpoint.py: store-all, and checkpointing over one, two
 # and three levels, each level one more forward pass), each a different program with a
@@ -190,7 +218,8 @@ def _ranks(values) -> list[float]:
     return ranks
 
 
-SECTIONS = {"lstm": lstm_section, "gnmt": gnmt_section, "corpus": corpus_section, "ranking": ranking_section}
+SECTIONS = {"lstm": lstm_section, "gnmt": gnmt_section, "corpus": corpus_section, "saturation": saturation_section,
+            "ranking": ranking_section}
 
 
 def _print_rows(rows: list[dict]) -> None:
@@ -225,6 +254,13 @@ def main(argv=None) -> int:
                 print(f"  {row['alternative']:28s} {row['predicted ms']:13.2f} {row['measured ms']:12.2f}")
             print(f"  Spearman rank correlation {result['spearman']:.2f} (target >= {result['target']}); "
                   f"measured times span {result['measured spread']:.2f}x")
+        elif name == "saturation":
+            print(f"  {'workload':24s} {'stopped by':>10s} {'rounds':>6s} {'e-nodes':>7s} {'median s':>8s} "
+                  f"{'in rules s':>10s}")
+            for row in result:
+                print(f"  {row['workload']:24s} {row['stopped by']:>10s} {row['rounds']:6d} {row['e-nodes']:7d} "
+                      f"{row['saturate s']:8.2f} {row['in rules s']:10.2f}")
+            print(f"  median of {SATURATION_REPEATS}; egad.optimize stops at {result[0]['optimize limit s']} s")
         else:
             _print_rows(result)
             if name == "corpus":

@@ -37,7 +37,8 @@ class Editor:
             self.keys[cid] = Handle(handle)  # the shortest form; the lowest handle wins
         self._commands: list = []
         self._files: list[str] = []  # row files the queued `input` commands read
-        self._recorded: dict[int, tuple[ENode, object]] = {}  # id(new node) -> (node, its stable form)
+        # id(new node) -> (node, the node as recorded, the stable form of its class)
+        self._recorded: dict[int, tuple[ENode, ENode, object]] = {}
 
     # --- stable forms ------------------------------------------------------------
 
@@ -79,7 +80,7 @@ class Editor:
 
     def _record(self, node: ENode, site: RuleSite, origin):
         if id(node) in self._recorded:
-            return self._recorded[id(node)][1]
+            return self._recorded[id(node)][2]
         stable = ENode(node.head, tuple(self._new_field(arg, site) for arg in node.args))
         self.provenance.record(stable, site, *((origin.loc, origin.hints) if origin is not None else ()))
         result = stable
@@ -88,7 +89,7 @@ class Editor:
             self.bound.append(stable)
             self._commands.append(bindings.ActionCommand(bindings.Set(_SPAN, "Bound", [_int(result.index)],
                                                                       _expr(stable))))
-        self._recorded[id(node)] = (node, result)
+        self._recorded[id(node)] = (node, stable, result)
         return result
 
     def _new_field(self, field, site: RuleSite):
@@ -112,6 +113,20 @@ class Editor:
         self._commands.append(bindings.ActionCommand(bindings.Set(_SPAN, "Bound", [_int(handle.index)], _expr(key))))
         self.keys[cid] = handle
         return handle
+
+    def settle(self) -> None:
+        """After a flush that only bound handles to nodes of this snapshot (the marks'
+        records, egraph/marks.py, add no node: a class keeps its id), make what was
+        recorded visible as a new snapshot and editor would: the nodes' origins, and a
+        handle as the stable form of a class that had none."""
+        for node, stable, result in self._recorded.values():
+            canonical = self.snapshot.canonical(node)
+            cid = self.snapshot.index.get(canonical) if canonical is not None else None
+            if cid is None:
+                continue
+            self.origins.setdefault(canonical, self.provenance.origin(stable))
+            if isinstance(result, Handle) and not isinstance(self.keys.get(cid), Handle):
+                self.keys[cid] = result
 
     def union(self, cid: ClassId, node: ENode | ClassId, site: RuleSite) -> None:
         """Queue: the class `cid` also holds `node` (fields as for `record`), introduced by

@@ -187,9 +187,8 @@ def saturate(encoding: Encoding, families=None, limits: Limits = Limits()) -> Sa
         editor = Editor(egraph, snapshot, encoding.provenance, encoding.bound)
         for site_id, count in record_marks(editor, sites).items():
             new_nodes[names[site_id]] += count
-        if editor.flush():  # handles for the new nodes
-            snapshot = Snapshot.of(egraph)
-            editor = Editor(egraph, snapshot, encoding.provenance, encoding.bound)
+        if editor.flush():  # handles for the new nodes: no node is added, so the snapshot holds
+            editor.settle()
 
         transformed = False
         # late transformers (Rule.late) run in a round where nothing else changes

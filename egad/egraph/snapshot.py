@@ -31,6 +31,7 @@ class Snapshot:
         self.handles = handles  # insertion handle -> its e-class
         self.tables = tables or {}  # any other table -> its rows, (*inputs, output) with fields decoded
         self.index: dict[ENode, ClassId] = {node: cid for cid, members in nodes.items() for node in members}
+        self._classes_of_nodes: dict[ENode, ClassId | None] = {}  # class_of's answers for nodes, memoized
 
     @classmethod
     def of(cls, egraph: EGraph) -> "Snapshot":
@@ -67,8 +68,10 @@ class Snapshot:
             return field
         if isinstance(field, Handle):
             return self.handles.get(field.index)
-        canonical = self.canonical(field)
-        return None if canonical is None else self.index.get(canonical)
+        if field not in self._classes_of_nodes:  # attribute nodes recur in most recorded nodes
+            canonical = self.canonical(field)
+            self._classes_of_nodes[field] = None if canonical is None else self.index.get(canonical)
+        return self._classes_of_nodes[field]
 
     def canonical(self, node: ENode) -> ENode | None:
         """`node` with every term field replaced by its e-class in this snapshot."""
