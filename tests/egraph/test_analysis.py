@@ -18,6 +18,20 @@ from tests.ad.gradcheck import scalar_loss, to_float64
 from tests.programs import all_programs
 
 
+def least_fixpoint_by_iteration(reads: dict[ClassId, list], node_ok) -> set[ClassId]:
+    """The classes with a node that `node_ok(node, inputs, found)` accepts, the set
+    `found` grown by sweeping every class until a sweep adds none."""
+    found: set[ClassId] = set()
+    changed = True
+    while changed:
+        changed = False
+        for cid, members in reads.items():
+            if cid not in found and any(node_ok(node, inputs, found) for node, inputs in members):
+                found.add(cid)
+                changed = True
+    return found
+
+
 def invariant_one_loop(reads: dict[ClassId, list], loop: int, regions: dict) -> set[ClassId]:
     """The definition, one loop at a time: classes with a node that reads no Arg of
     `loop` or of a region nested in it (a loop node, for its own loop, reads only its
@@ -38,15 +52,7 @@ def invariant_one_loop(reads: dict[ClassId, list], loop: int, regions: dict) -> 
             inputs = local_inputs(node)
         return all(c in independent for c in inputs)
 
-    independent: set[ClassId] = set()
-    changed = True
-    while changed:
-        changed = False
-        for cid, members in reads.items():
-            if cid not in independent and any(node_ok(node, inputs, independent) for node, inputs in members):
-                independent.add(cid)
-                changed = True
-    return independent
+    return least_fixpoint_by_iteration(reads, node_ok)
 
 
 NAMES = ["lstm", "attention_decoder", "nest3_ragged", "loop_in_branch", "while_in_fori", "stacked_rnn"]
@@ -64,15 +70,7 @@ def parameter_derived_by_iteration(reads: dict[ClassId, list]) -> set[ClassId]:
             return False
         return all(c in derived for c in inputs)
 
-    derived: set[ClassId] = set()
-    changed = True
-    while changed:
-        changed = False
-        for cid, members in reads.items():
-            if cid not in derived and any(node_ok(node, inputs, derived) for node, inputs in members):
-                derived.add(cid)
-                changed = True
-    return derived
+    return least_fixpoint_by_iteration(reads, node_ok)
 
 
 def gradient_encoding(name: str):
