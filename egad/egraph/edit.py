@@ -146,14 +146,16 @@ class Editor:
         a row costs about 0.1 ms each (the analyses write thousands of facts a round)."""
         if not rows:
             return
+        lines = []
+        for row in rows:
+            fields = [str(field) for field in row]
+            if any("\t" in field or "\n" in field for field in fields):
+                raise ValueError(f"a row of {relation} holds a tab or a newline: {row!r}")
+            lines.append("\t".join(fields) + "\n")
         descriptor, path = tempfile.mkstemp(prefix="egad-rows-", suffix=".tsv")
-        with os.fdopen(descriptor, "w") as file:
-            for row in rows:
-                fields = [str(field) for field in row]
-                if any("\t" in field or "\n" in field for field in fields):
-                    raise ValueError(f"a row of {relation} holds a tab or a newline: {row!r}")
-                file.write("\t".join(fields) + "\n")
         self._files.append(path)
+        with os.fdopen(descriptor, "w") as file:
+            file.writelines(lines)
         self._commands.append(bindings.Input(_SPAN, relation, path))
 
     def assert_fact(self, relation: str, cid: ClassId, *values: int) -> None:

@@ -117,3 +117,42 @@ def test_types_carried_from_an_earlier_snapshot_are_the_types_found_afresh(name)
     assert set(fresh) & set(first.types) and set(fresh) - set(first.types)  # classes carried, classes new
     assert set(carried) == set(fresh)
     assert all(carried[cid] == fresh[cid] for cid in fresh)
+
+
+def test_facts_written_as_rows_reach_the_egraph_and_leave_no_file(tmp_path, monkeypatch):
+    """update() writes facts as rows over handles (Editor.load_rows, one egglog `input`)
+    lifted by the ANALYSES rules: after a run, every typed class has its ShapeOf and
+    DTypeOf and every boundary read its InvariantIn, and the row files are gone."""
+    import tempfile
+
+    from egad.egraph.analysis import ANALYSES, ANALYSIS_FUNCTIONS, update
+    from egad.egraph.edit import Editor
+    from egad.ir.types import TensorType
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    encoding = gradient_encoding("lstm")
+    for function in ANALYSIS_FUNCTIONS:
+        encoding.egraph._callable_to_egg(function)
+    snapshot = Snapshot.of(encoding.egraph)
+    facts = analyse(encoding, snapshot)
+    editor = Editor(encoding.egraph, snapshot, encoding.provenance, encoding.bound)
+    assert update(editor, encoding, facts) > 0 and not list(tmp_path.iterdir())
+    encoding.egraph.run(ANALYSES.saturate())
+    after = Snapshot.of(encoding.egraph)  # no node was added: the classes keep their ids
+    shapes = {row[0]: row[1] for row in after.tables["ShapeOf"]}
+    dtypes = {row[0]: row[1] for row in after.tables["DTypeOf"]}
+    tensors = {cid: t for cid, t in facts.types.items() if isinstance(t, TensorType)}
+    assert tensors and set(shapes) == set(dtypes) == set(tensors)
+    assert all(dtypes[cid] == t.dtype and len(after.node_of(shapes[cid]).args[0]) == len(t.shape)
+               for cid, t in tensors.items())
+    assert {(row[0], row[1]) for row in after.tables["InvariantIn"]} == facts.boundary
+
+
+def test_a_row_with_a_tab_or_a_newline_is_refused():
+    from egad.egraph.edit import Editor
+
+    encoding = gradient_encoding("lstm")
+    snapshot = Snapshot.of(encoding.egraph)
+    editor = Editor(encoding.egraph, snapshot, encoding.provenance, encoding.bound)
+    with pytest.raises(ValueError, match="tab or a newline"):
+        editor.load_rows("TypedHandle", [(0, "float64\t(4,)")])
