@@ -14,6 +14,11 @@ and apply time, or the transformer's calls: `SaturationReport.rule_seconds`), an
 e-nodes of it the extractor chose. A program the optimizer fell back on (it predicted
 no gain, or the check failed) counts its rules as fired but nothing as extracted, and
 is listed.
+
+One difference from `egad.optimize`: saturation runs to the end (up to
+`STATS_SECONDS`), not to optimize's compile-time budget (`optimizer.DEFAULT_SECONDS`),
+so what a rule does is not cut short on a slower machine; a program a limit still
+stopped is listed with the limit.
 """
 from __future__ import annotations
 
@@ -21,6 +26,8 @@ import dataclasses
 import time
 
 from .text_table import text_table
+
+STATS_SECONDS = 120.0
 
 
 @dataclasses.dataclass
@@ -46,6 +53,7 @@ class StatsReport:
     saturation_seconds: float
     nodes: int  # e-nodes at the end of saturation, summed over the programs
     fallbacks: list[str]  # "program: why"
+    limits_hit: list[str]  # "program: the limit that stopped its saturation"
     predicted: tuple[float, float]  # predicted seconds before and after, summed
 
     def row(self, name: str) -> RuleStats:
@@ -64,12 +72,14 @@ class StatsReport:
                          f"{r.seconds * 1e3:.2f}", str(r.extracted), "yes" if r.used else "-"))
         lines = [head, *("  " + line for line in text_table(rows, right=(2, 3, 4, 5, 6)))]
         lines += [f"  fallback: {why}" for why in self.fallbacks]
+        lines += [f"  saturation stopped by a limit: {why}" for why in self.limits_hit]
         return "\n".join(lines)
 
 
 def rule_stats(cases, families, name: str = "programs") -> StatsReport:
     """Optimize each ProgramCase with `families` (Family objects, names or family files)
     and gather what each rule did. Every rule of the families gets a row, in family order."""
+    from .egraph import Limits
     from .optimizer import optimize_program
     from .rule_files import resolve
     from .rule_programs import optimized_cases
@@ -77,16 +87,19 @@ def rule_stats(cases, families, name: str = "programs") -> StatsReport:
     started = time.perf_counter()
     selected = resolve(families)
     rows = {rule.name: RuleStats(rule) for family in selected for rule in family.rules}
-    programs, fallbacks = [], []
+    programs, fallbacks, limits_hit = [], [], []
     saturation_seconds, nodes, before, after = 0.0, 0, 0.0, 0.0
     for case in optimized_cases(list(cases)):
-        result = optimize_program(case.program, selected, check_args=case.make_args(0))
+        result = optimize_program(case.program, selected, limits=Limits(seconds=STATS_SECONDS),
+                                  check_args=case.make_args(0))
         programs.append(case.name)
         if result.fallback:
             fallbacks.append(f"{case.name}: {result.fallback}")
         saturation = result.saturation
         if saturation is None:
             continue
+        if saturation.limit_hit:
+            limits_hit.append(f"{case.name}: {saturation.limit_hit}")
         saturation_seconds += saturation.seconds
         nodes += saturation.nodes
         for rule_name, count in saturation.fired().items():
@@ -104,4 +117,4 @@ def rule_stats(cases, families, name: str = "programs") -> StatsReport:
             before += result.predicted_before.seconds
             after += (result.predicted_after if not result.fallback else result.predicted_before).seconds
     return StatsReport(name, programs, list(rows.values()), time.perf_counter() - started, saturation_seconds,
-                       nodes, fallbacks, (before, after))
+                       nodes, fallbacks, limits_hit, (before, after))
