@@ -8,16 +8,23 @@ reshape. Zero propagation is limited to *adding* zeros: `x * 0 -> 0` would turn 
 NaN or inf x into 0, so there is no such rule. Adding a +0.0 may turn a -0.0 into
 +0.0 (as in algebra). Every rewrite keeps shapes and dtypes, checked through
 `shape_of`/`rank_of` (egad/egraph/analysis.py); values are bit-identical, except
-that `scatter-into-sum` reassociates the additions where an index repeats.
+that `scatter-into-sum` reassociates the additions where an index repeats. One
+transformer, `scatters-into-concat`, turns the scatters of a cell's gate slices,
+which tile the buffer, into one concat of the gates' gradients (equal values; a -0.0
+entry keeps its sign, where the scatter into +0.0 dropped it).
 """
 from __future__ import annotations
 
+import numpy as np
 from egglog import eq, i64, var, vars_
 
 from egad.egraph.analysis import rank_of, shape_of
+from egad.egraph.constants import literal_value
+from egad.egraph.enode import ClassId, ENode
 from egad.egraph.language import Attr, Term, op
+from egad.ir.types import TensorType
 
-from .patterns import NUMERIC_DTYPES, splat
+from .patterns import NUMERIC_DTYPES, concat_node, is_concat, splat
 from .registry import family, rewrite
 
 AD_SIMPLIFY = family("ad_simplify", __doc__)
@@ -88,3 +95,85 @@ AD_SIMPLIFY.rewrites(
       .to(op.reduce_sum(x, axes=summed, keepdims=False), eq(rank_of(x)).to(i64(rank)),
           eq(rank_of(op.reshape(op.reduce_sum(x, axes=summed, keepdims=True), shape=dims))).to(i64(1)))
       for rank in (2, 3, 4) for summed in _all_but_one_axis(rank)))
+
+
+# --- scatters-into-concat: a transformer -----------------------------------------------------
+
+MAX_SCATTERS = 16  # index_adds followed down one chain
+
+
+@AD_SIMPLIFY.transformer(
+    "scatters-into-concat",
+    "index_add(...index_add(zeros, r1, g1, axis)..., rk, gk, axis) with rows r1..rk ranges that tile the axis "
+    "is concat(g's in row order, axis): one copy instead of k scatters into a zero buffer (the adjoint of a "
+    "cell's gate slices, z[:, :H], ..., z[:, 3H:])")
+def scatters_into_concat(view) -> int:
+    """AD writes the cotangent of each static slice `z[:, a:b]` as a scatter of the
+    gate's gradient into zeros (egad/ad/adjoint_math.py `unslice`), and the sum of the
+    gates' as a chain of scatters (with `scatter-into-sum`): in a cell's reverse step
+    that is k passes over the whole buffer in a row, on the loop's carried chain. Where
+    the rows of the chain are constant ranges, step 1, that together cover the axis
+    once, the buffer is the gradients side by side. The ranges must not overlap, so no
+    element is a sum of two gradients: the values are equal (the same bits, but for a
+    -0.0 gradient entry, which the scatter's 0.0 + -0.0 made +0.0)."""
+    snapshot = view.snapshot
+    made = 0
+    for cid, members in snapshot.nodes.items():
+        if is_concat(view, cid):
+            continue
+        for node in members:
+            pieces = _scatter_pieces(view, node)
+            if pieces is not None:
+                axis, parts = pieces
+                view.union(cid, concat_node(view, [values for _, values in sorted(parts)], axis))
+                made += 1
+                break
+    return made
+
+
+def _scatter_pieces(view, node: ENode):
+    """(axis, [(first row, values)]) when `node` is a chain of index_adds along one axis
+    into an all-zero buffer whose rows are ranges, step 1, that cover the axis exactly once."""
+    if not _is_index_add(node):
+        return None
+    axis = view.attrs(node.args[1]).get("axis")
+    result_type = view.types.get(node.args[2])
+    if not isinstance(result_type, TensorType) or not isinstance(result_type.shape[axis], int):
+        return None
+    parts, covered = [], set()
+    for _ in range(MAX_SCATTERS):
+        rows = _row_range(view, node.args[3])
+        if rows is None or view.attrs(node.args[1]).get("axis") != axis or covered & set(rows):
+            return None
+        covered.update(rows)
+        parts.append((rows.start, node.args[4]))
+        base = view.snapshot.nodes[node.args[2]]
+        if any(_is_zeros(member) for member in base):
+            return (axis, parts) if covered == set(range(result_type.shape[axis])) and len(parts) > 1 else None
+        node = next((member for member in base if _is_index_add(member)), None)
+        if node is None:
+            return None
+    return None
+
+
+def _is_index_add(node: ENode) -> bool:
+    return node.head == "Op3" and node.args[0] == "index_add"
+
+
+def _is_zeros(node: ENode) -> bool:
+    return node.head == "Splat" and node.args[1] == 0  # +0.0 or integer 0: all bits clear
+
+
+def _row_range(view, cid: ClassId) -> range | None:
+    """The rows of a constant rank-1 integer index that counts up by one, as a range (a
+    one-row index is encoded as a `Splat`)."""
+    index_type = view.types.get(cid)
+    for node in view.snapshot.nodes[cid]:
+        if node.head not in ("Array", "Splat") or not isinstance(index_type, TensorType) \
+                or not all(isinstance(d, int) for d in index_type.shape):
+            continue
+        rows = literal_value(node.head, node.args, view.encoding.constants, index_type.shape)
+        if rows.ndim == 1 and rows.size and rows.dtype.kind in "iu" and rows[0] >= 0 \
+                and np.array_equal(rows, np.arange(rows[0], rows[0] + rows.size)):
+            return range(int(rows[0]), int(rows[0]) + rows.size)
+    return None

@@ -58,7 +58,7 @@ from egad.ir import ops
 from egad.ir.types import TensorType
 
 from .loop_body import copy_body, copy_recorder, copy_region, loop_body
-from .patterns import int_constant
+from .patterns import OP_HEADS, int_constant
 from .registry import family, rewrite
 
 BATCHING = family("batching", __doc__)
@@ -87,7 +87,6 @@ BATCHING.rewrites(
 # --- batch-weight-gradient: a loop transformer ------------------------------------------------
 
 _LETTERS = string.ascii_lowercase + string.ascii_uppercase
-_OP_HEADS = {1: "Op1", 2: "Op2", 3: "Op3"}
 MAX_RESHAPES = 4  # reshapes peeled off a step's contribution (AD writes one: the bias gradient's)
 
 
@@ -371,7 +370,7 @@ def _batched(view, plan: _Contraction, rows: dict[ClassId, ENode], invariant, ke
     terms = [term if leaf in invariant else step + term for leaf, term in plan.leaves]
     output = step + plan.output if keep_steps else plan.output
     attrs = attrs_node({"spec": ",".join(terms) + "->" + output}, view.encoding.constants)
-    total = ENode(_OP_HEADS[len(operands)], ("einsum", attrs, *operands)) if len(operands) in _OP_HEADS else \
+    total = ENode(OP_HEADS[len(operands)], ("einsum", attrs, *operands)) if len(operands) in OP_HEADS else \
         ENode("OpN", ("einsum", attrs, tuple(operands)))
     if plan.reshape is not None:
         total = ENode("Op1", ("reshape", attrs_node({"shape": plan.reshape}, view.encoding.constants), total))

@@ -23,11 +23,10 @@ from egad.egraph.attrs import NO_ATTRS, attrs_node
 from egad.egraph.enode import ClassId, ENode
 from egad.ir.types import TensorType
 
+from .patterns import concat_node, is_concat
 from .registry import family
 
 FUSION = family("fusion", __doc__)
-
-_OP_HEADS = {1: "Op1", 2: "Op2", 3: "Op3"}
 
 
 @FUSION.transformer("fuse-shared-operand-matmuls",
@@ -52,7 +51,7 @@ def fuse_shared_operand_matmuls(view) -> int:
                 continue
             if not isinstance(weight_type.shape[1], int) or weight not in view.facts.parameter_derived:
                 continue
-            if _is_concat(view, weight):
+            if is_concat(view, weight):
                 continue  # already a fused weight
             groups.setdefault((x, weight_type.shape[0], weight_type.dtype), {}).setdefault(weight, cid)
     fused = 0
@@ -62,7 +61,7 @@ def fuse_shared_operand_matmuls(view) -> int:
         weights = sorted(products, key=view.order)  # program order: gates in the order written
         if (x, tuple(weights)) in fused_already:
             continue
-        product = ENode("Op2", ("matmul", NO_ATTRS, x, _concat(view, weights, 1)))
+        product = ENode("Op2", ("matmul", NO_ATTRS, x, concat_node(view, weights, 1)))
         rank = max(types[x].ndim, 2) if types[x].ndim >= 2 else 1
         start = 0
         for weight in weights:
@@ -113,7 +112,8 @@ def fuse_matmul_sum(view) -> int:
         if len({types[a] for a in lefts}) != 1 or any(_row_of_invariant(view, a) for a in lefts):
             continue
         axis = types[lefts[0]].ndim - 1
-        view.union(root, ENode("Op2", ("matmul", NO_ATTRS, _concat(view, lefts, axis), _concat(view, weights, 0))))
+        view.union(root, ENode("Op2", ("matmul", NO_ATTRS, concat_node(view, lefts, axis),
+                                       concat_node(view, weights, 0))))
         fused += 1
     return fused
 
@@ -162,7 +162,7 @@ def _fusable_product(view, cid: ClassId) -> tuple[ClassId, ClassId] | None:
             continue
         if a_type.shape[-1] != weight_type.shape[0] or not a_type.dtype == weight_type.dtype == result_type.dtype:
             continue
-        if weight in view.facts.parameter_derived and not _is_concat(view, weight):
+        if weight in view.facts.parameter_derived and not is_concat(view, weight):
             return a, weight
     return None
 
@@ -174,15 +174,5 @@ def _row_of_invariant(view, cid: ClassId) -> bool:
 
 
 def _holds_fused_matmul(view, cid: ClassId) -> bool:
-    return any(node.head == "Op2" and node.args[0] == "matmul" and _is_concat(view, node.args[3])
+    return any(node.head == "Op2" and node.args[0] == "matmul" and is_concat(view, node.args[3])
                for node in view.snapshot.nodes[cid])
-
-
-def _is_concat(view, cid: ClassId) -> bool:
-    return any(n.head.startswith("Op") and n.args[0] == "concat" for n in view.snapshot.nodes[cid])
-
-
-def _concat(view, classes: list[ClassId], axis: int) -> ENode:
-    return ENode(_OP_HEADS.get(len(classes), "OpN"),
-                 ("concat", attrs_node({"axis": axis}, view.encoding.constants),
-                  *([tuple(classes)] if len(classes) > 3 else classes)))

@@ -10,7 +10,8 @@ import numpy as np
 from egglog import String, eq
 
 from egad.egraph.analysis import dtype_of
-from egad.egraph.enode import ClassId
+from egad.egraph.attrs import attrs_node
+from egad.egraph.enode import ClassId, ENode
 from egad.egraph.language import Term, attr, literal, scalar_bits
 
 FLOAT_DTYPES = ("float32", "float64")
@@ -43,3 +44,17 @@ def int_constant(view, cid: ClassId) -> int | None:
         if node.head == "Scalar" and node.args[0] in INT_DTYPES:
             return node.args[1]
     return None
+
+
+OP_HEADS = {1: "Op1", 2: "Op2", 3: "Op3"}  # op nodes by operand count; more operands: "OpN" over a Vec
+
+
+def concat_node(view, classes: list[ClassId], axis: int) -> ENode:
+    """The node `concat(classes, axis=axis)`, for a transformer to union with a class."""
+    return ENode(OP_HEADS.get(len(classes), "OpN"),
+                 ("concat", attrs_node({"axis": axis}, view.encoding.constants),
+                  *([tuple(classes)] if len(classes) > 3 else classes)))
+
+
+def is_concat(view, cid: ClassId) -> bool:
+    return any(n.head.startswith("Op") and n.args[0] == "concat" for n in view.snapshot.nodes[cid])
