@@ -98,7 +98,10 @@ _MISSING = object()
 
 class _Tables(Mapping):
     """The tables that are not e-nodes, each decoded when first read: most snapshots
-    are read for their e-nodes only, and the analysis tables are as long as the e-graph."""
+    are read for their e-nodes only, and the analysis tables are as long as the e-graph.
+    The rows are frozen with the snapshot, but a `Vec` field (the marks of n-ary ops)
+    is read from the live e-graph: read such a table before the e-graph changes, as
+    `record_marks` does."""
 
     def __init__(self, raw, tables: dict, decoders: dict):
         self._raw, self._tables, self._decoders = raw, tables, decoders
