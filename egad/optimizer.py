@@ -244,8 +244,9 @@ def results_differ(got, want) -> str | None:
         if isinstance(want, Exception) and isinstance(got, Exception):
             return None
         return f"one raised {(want if isinstance(want, Exception) else got)!s:.200}"
-    largest = max((float(np.max(np.abs(w[np.isfinite(w)]), initial=0.0)) for w in map(np.asarray, want)
-                   if np.issubdtype(w.dtype, np.inexact)), default=0.0)
+    scales = {k: float(np.max(np.abs(w[np.isfinite(w)]), initial=0.0)) for k, w in enumerate(map(np.asarray, want))
+              if np.issubdtype(w.dtype, np.inexact)}  # each float result's largest finite magnitude
+    largest = max(scales.values(), default=0.0)
     for k, (g, w) in enumerate(zip(got, want)):
         g, w = np.asarray(g), np.asarray(w)
         if g.shape != w.shape or g.dtype != w.dtype:
@@ -264,7 +265,7 @@ def results_differ(got, want) -> str | None:
         # of sums of much larger terms, which any reassociation changes: it is compared
         # at SMALL_RESULT of the largest result. An error the size of a value above that
         # is still caught.
-        scale = max(float(np.max(np.abs(w[finite]), initial=0.0)), SMALL_RESULT * largest)
+        scale = max(scales[k], SMALL_RESULT * largest)
         error = float(np.max(np.abs(g[finite] - w[finite]), initial=0.0))
         if error > tolerance * max(scale, 1e-30):
             return f"result {k}: max difference {error:.3g} against values up to {scale:.3g}"

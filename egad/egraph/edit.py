@@ -158,11 +158,6 @@ class Editor:
             file.writelines(lines)
         self._commands.append(bindings.Input(_SPAN, relation, path))
 
-    def assert_fact(self, relation: str, cid: ClassId, *values: int) -> None:
-        """Queue `(relation <cid> values...)`."""
-        call = bindings.Call(_SPAN, relation, [_expr(self.keys[cid]), *(_int(v) for v in values)])
-        self._commands.append(bindings.ActionCommand(bindings.Expr_(_SPAN, call)))
-
     def flush(self) -> int:
         """Send the queued commands; returns how many there were."""
         commands, self._commands = self._commands, []
