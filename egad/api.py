@@ -110,12 +110,14 @@ class Optimized:
             self.observed_trips += [seen for seen in observed if seen not in self.observed_trips]
             self.timings["observe trips"] = self.timings.get("observe trips", 0.0) + time.perf_counter() - started
             started = time.perf_counter()
-        plan = None
+        plan = store_all = None
         if self.wrt is not None:
             from .ad import checkpoint
 
             plan = checkpoint.plan(program, self.wrt, self.memory_budget, self.has_aux, check_args, self.target)
             self.checkpoint_plans.append(plan)
+            if plan.checkpoints and self.families:  # the e-graph weighs its own policies too (_egraph_policies)
+                store_all = ad.value_and_grad(program, wrt=self.wrt, has_aux=self.has_aux)
             program = ad.value_and_grad(plan.apply(program), wrt=self.wrt, has_aux=self.has_aux)
         self.timings["differentiate"] += time.perf_counter() - started
         original = program
@@ -131,6 +133,9 @@ class Optimized:
             for phase, seconds in optimization.timings.items():
                 self.timings[phase] = self.timings.get(phase, 0.0) + seconds
             optimization = _within_budget(optimization, original, plan)
+            if store_all is not None:
+                optimization = _egraph_policies(optimization, store_all, plan, self.families, self.target,
+                                                None if runs_here else examples, sizes)
             program = optimization.program
         compared = optimization is not None and program is not original and runs_here
         if compared:  # both builds, side by side
@@ -260,6 +265,40 @@ def _within_budget(optimization, original: Program, plan):
         f"({plan.budget / 2**20:.1f} MiB); the original (checkpointed) program is built"))
 
 
+def _egraph_policies(optimization, store_all: Program, plan, families, target, check_args, sizes):
+    """The planned program's optimization, or the store-all gradient's optimized within the
+    budget by the e-graph, whichever is predicted faster. Under a memory limit the e-graph
+    holds checkpointing alternatives of its own (rules/checkpoint.py's
+    `checkpoint-every-k-trips`), and its extraction weighs them against the other rules'
+    alternatives with bytes held priced (optimizer._within_memory); the plan is chosen
+    before the e-graph, by the cost of the forward passes it adds (ad/checkpoint.py). Both
+    compute the same values; the planned program stays the one `optimize` falls back to."""
+    from .ad import checkpoint
+    from .optimizer import optimize_program
+
+    limit = checkpoint.held_bytes(store_all) + plan.budget  # what the plan allows: its tapes within the budget
+    candidate = optimize_program(store_all, families, target, check_args=check_args, memory_limit=limit,
+                                 trip_guesses=sizes)
+    held = checkpoint.kept_bytes(candidate.program)
+    planned = optimization.predicted_after or optimization.predicted_before
+    if candidate.program is store_all or held > limit or candidate.predicted_after is None or planned is None:
+        why = candidate.fallback or candidate.memory or "it holds more than the budget allows"
+        optimization.memory = f"{optimization.memory + '; ' if optimization.memory else ''}the e-graph's own " \
+                              f"checkpointing of the store-all gradient was not used ({why})"
+        return optimization
+    theirs, ours = candidate.predicted_after.total, planned.total
+    verdict = (f"the e-graph's own checkpointing of the store-all gradient ({held / 2**20:.2f} MiB kept) is "
+               f"predicted {theirs * 1e6:.1f} us against {ours * 1e6:.1f} us for the plan's program")
+    if theirs >= ours:
+        optimization.memory = f"{optimization.memory + '; ' if optimization.memory else ''}{verdict}: the plan's " \
+                              "is built"
+        return optimization
+    candidate.memory = f"{candidate.memory + '; ' if candidate.memory else ''}{verdict}: it is built"
+    for phase, seconds in optimization.timings.items():
+        candidate.timings[phase] = candidate.timings.get(phase, 0.0) + seconds
+    return candidate
+
+
 # The optimized build is kept unless it measures slower than the original by more
 # than this: within it, the two are a tie, and the cost model's choice stands.
 MEASURED_NOISE = 0.03
@@ -362,9 +401,10 @@ def optimize(program: Program, wrt=(0,), target="llvm", memory_budget: int | Non
     when store-all taping needs more, loops are checkpointed every k trips and
     recomputed in the adjoint (egad/ad/checkpoint.py), one k per loop chosen to fit (a
     `while` loop's for the trips it runs on `example_args`; its segments double on
-    longer runs, egad/ad/online.py);
+    longer runs, egad/ad/online.py); the e-graph also checkpoints the store-all
+    gradient itself within the budget, and the one predicted faster is built;
     an optimization that holds more than the budget allows is extracted again with
-    memory priced first, else the checkpointed program is built.
+    bytes held priced, else the checkpointed program is built.
 
     Example: `f = egad.optimize(egad.trace(loss, W, xs), wrt=(0,)); value, (dW,) = f(W, xs)`"""
     if not isinstance(program, Program):

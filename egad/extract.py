@@ -103,7 +103,8 @@ class CostModel:
     # price of a byte held until the program returns: a value computed at the top level,
     # a loop's stacked rows (ys), a taped residual (egad/ad/checkpoint.py's held_bytes and
     # taped_bytes). 0 prices time alone; `optimize` under a memory_budget extracts again
-    # with memory priced first when the fastest extraction holds more than the budget.
+    # with bytes priced (the least price that fits: optimizer._within_memory) when the
+    # fastest extraction holds more than the budget.
     held_byte_seconds: float = 0.0
 
     @classmethod
@@ -658,8 +659,11 @@ class _Extractor:
         if node.head == "For":  # the driver copies each trip's ys into the stacked result
             for ys in node.args[4][len(node.args[3]):]:
                 row = concrete(self.types.of(ys), self.model.size)
+                # the stacked rows are held once, however often the loops around this one make them
+                # again (a checkpointed segment's rows: k x R, not T x R): their price is divided by
+                # the runs the entry's weight multiplies it by
                 compute += trips * (Work(0.0, 2.0 * nbytes(row)).seconds(self.target)
-                                    + nbytes(row) * self.model.held_byte_seconds)
+                                    + nbytes(row) * self.model.held_byte_seconds / self.weight(free))
                 dispatches += trips
         dag.add(number, self.entry(free, compute, dispatches, trips * tape_bytes), self.innermost)
         depth: dict = {}

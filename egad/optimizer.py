@@ -12,7 +12,7 @@ original's on `check_args` (both interpreted) fall back to the original program,
 the result says why. A saturation limit is not a failure: the best term of the
 e-graph as it stands is used, and the result says which limit stopped it. Under a
 `memory_limit` (egad.optimize's memory_budget), an extraction that holds more is
-extracted again with memory priced first (`_within_memory`).
+extracted again with bytes held priced ever higher until one fits (`_within_memory`).
 
 Results are cached in memory by (program fingerprint and source lines, families,
 target, limits):
@@ -103,10 +103,10 @@ def optimize_program(program: Program, families, target="llvm", limits=None, che
     or names); check the result on `check_args` when given. `trip_guesses` (symbol ->
     size, e.g. {"T": 300} from the example inputs) replace the cost model's default
     guess for those symbolic dims. `memory_limit` (bytes held
-    and taped, egad/ad/checkpoint.py's `kept_bytes`): when the fastest
-    extraction holds more than it and than `program`, extract again with memory priced
-    first (`CostModel.held_byte_seconds`), and keep that one if it fits. Never raises for
-    a failure of the optimizer itself: it falls back to `program` and says why."""
+    and taped, egad/ad/checkpoint.py's `kept_bytes`): the transformers that trade time
+    for memory run too (Rule.memory), and when the fastest extraction holds more than
+    the limit, the extraction is redone with bytes held priced (`_within_memory`). Never
+    raises for a failure of the optimizer itself: it falls back to `program` and says why."""
     from .egraph import Limits
 
     limits = limits or Limits(seconds=DEFAULT_SECONDS)
@@ -123,10 +123,12 @@ def optimize_program(program: Program, families, target="llvm", limits=None, che
     return result
 
 
-# Under a memory limit, a byte held is priced like this many seconds: far above any time
-# the program takes, so the extraction holds the least it can and is fastest among those.
-MEMORY_FIRST_BYTE_SECONDS = 1e-3
-
+# Under a memory limit, the extraction is redone with each byte held priced at these
+# seconds, cheapest first, until one fits (a λ-sweep, DESIGN §6): the first that fits is
+# the fastest the sweep finds. The last is far above any time a program takes: that
+# extraction holds the least it can, and is the fastest among those.
+MEMORY_PRICES = (1e-10, 1e-8, 1e-6, 1e-3)
+MEMORY_BISECTIONS = 2
 
 def _optimize(program, families, names, target, limits, check_args, memory_limit=None,
               trip_guesses=None) -> Optimization:
@@ -143,7 +145,8 @@ def _optimize(program, families, names, target, limits, check_args, memory_limit
         timings["encode"] = time.perf_counter() - started
 
         started = time.perf_counter()
-        result.saturation = saturate(encoding, families=list(families), limits=limits)
+        result.saturation = saturate(encoding, families=list(families), limits=limits,
+                                     memory_limited=memory_limit is not None)
         timings["saturate"] = time.perf_counter() - started
 
         started = time.perf_counter()
@@ -162,7 +165,7 @@ def _optimize(program, families, names, target, limits, check_args, memory_limit
             extraction = original  # the extractor is greedy: never choose worse than what was written
             result.predicted_after, result.chosen = result.predicted_before, Counter()
         optimized = decode(encoding, snapshot, extraction, origins)
-        if memory_limit is not None and extraction is not original:
+        if memory_limit is not None:  # the program as written may hold too much itself (a store-all gradient)
             optimized, extraction = _within_memory(result, encoding, snapshot, origins, model, memory_limit,
                                                    (optimized, extraction))
         timings["decode"] = time.perf_counter() - started
@@ -187,36 +190,64 @@ def _optimize(program, families, names, target, limits, check_args, memory_limit
 
 
 def _within_memory(result, encoding, snapshot, origins, model, memory_limit: int, fastest):
-    """(program, extraction): the fastest, when it holds no more than `memory_limit` or
-    than the original; else the extraction with memory priced first, when that one fits
-    (`result.memory` says so and `predicted_after`/`chosen` describe it)."""
+    """(program, extraction): the fastest, when it holds no more than `memory_limit`; else
+    the extraction with the least price on bytes held that does: `MEMORY_PRICES` tried
+    cheapest first, then `MEMORY_BISECTIONS` prices between the last that did not fit
+    and the first that did. When none fits: the first holding no more than the original
+    program. While the original fits the limit, one predicted slower than the original
+    is not taken: the original is the better program. `result.memory` says what was
+    done, and `predicted_after`/`chosen` describe the extraction taken."""
     from .ad.checkpoint import kept_bytes
     from .egraph import decode
     from .extract import extract, predicted_cost
 
-    limit = max(memory_limit, kept_bytes(result.original))
     held = kept_bytes(fastest[0])
-    if held <= limit:
+    if held <= memory_limit:
         return fastest
-    frugal = extract(encoding, snapshot, dataclasses.replace(model, held_byte_seconds=MEMORY_FIRST_BYTE_SECONDS))
-    predicted = predicted_cost(encoding, snapshot, frugal, model)
-    if predicted.total > result.predicted_before.total:
-        result.memory = (f"the fastest extraction holds {held / 2**20:.2f} MiB, above the {limit / 2**20:.2f} MiB "
-                         "allowed, and the one holding least is predicted slower than the program as written")
-        return fastest
-    program = decode(encoding, snapshot, frugal, origins)
-    least = kept_bytes(program)
-    if least > limit:
-        result.memory = (f"the fastest extraction holds {held / 2**20:.2f} MiB and the one holding least "
-                         f"{least / 2**20:.2f} MiB, above the {limit / 2**20:.2f} MiB allowed")
-        return fastest
-    result.memory = (f"the fastest extraction holds {held / 2**20:.2f} MiB, above the {limit / 2**20:.2f} MiB "
-                     f"allowed: extracted again with memory priced first, {least / 2**20:.2f} MiB")
-    result.predicted_after = predicted
-    result.chosen = Counter(origins[node].site.name for node in frugal.choice.values()
-                            if node in origins and origins[node].site.name != "input")
-    return program, frugal
 
+    def priced(price: float) -> tuple:
+        extraction = extract(encoding, snapshot, dataclasses.replace(model, held_byte_seconds=price))
+        program = decode(encoding, snapshot, extraction, origins)
+        return program, extraction, kept_bytes(program), price
+
+    tried = [(*fastest, held, 0.0)]
+    fits = None
+    for price in MEMORY_PRICES:
+        tried.append(priced(price))
+        if tried[-1][2] <= memory_limit:
+            fits = tried[-1]
+            break
+    if fits is not None and len(tried) > 2:  # the sweep's steps are coarse: narrow the price down
+        low, high = tried[-2][3], fits[3]
+        for _ in range(MEMORY_BISECTIONS):
+            option = priced((low * high) ** 0.5)
+            fits, high, low = (option, option[3], low) if option[2] <= memory_limit else (fits, high, option[3])
+    original_held = kept_bytes(result.original)
+    outcome = "that fits"
+    if fits is None:
+        fits = next((option for option in tried if option[2] <= original_held), None)
+        if fits is None or fits[0] is fastest[0]:
+            result.memory = (f"the fastest extraction holds {_mib(held)}, above the {_mib(memory_limit)} allowed, "
+                             f"and the one holding least {_mib(min(option[2] for option in tried))}")
+            return fastest
+        outcome = "that holds no more than the program as written (none fits)"
+    program, extraction, kept, price = fits
+    predicted = predicted_cost(encoding, snapshot, extraction, model)
+    if original_held <= memory_limit and predicted.total > result.predicted_before.total:
+        result.memory = (f"the fastest extraction holds {_mib(held)}, above the {_mib(memory_limit)} allowed, "
+                         f"and the first that fits ({_mib(kept)}) is predicted slower than the program as written")
+        return fastest
+    result.memory = (f"the fastest extraction holds {_mib(held)}, above the {_mib(memory_limit)} allowed: "
+                     f"extracted again with bytes held priced at {price:.3g} s a byte, the least price found "
+                     f"{outcome}: {_mib(kept)}")
+    result.predicted_after = predicted
+    result.chosen = Counter(origins[node].site.name for node in extraction.choice.values()
+                            if node in origins and origins[node].site.name != "input")
+    return program, extraction
+
+
+def _mib(n: float) -> str:
+    return f"{n / 2**20:.2f} MiB"
 
 def _same_results(optimized: Program, original: Program, args) -> str | None:
     """None when both programs interpret to the same results on `args`, else what

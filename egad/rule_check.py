@@ -19,8 +19,9 @@ rewrite (a condition the search could not read was false) is discarded. A rule w
 conditions name come from outside, the others are loop state.
 
 Rules whose left side cannot stand alone (an `If`, a `Switch`, a loop's output), loop
-transformers, and rewrites none of whose instances was rewritten are checked on whole
-programs (`programs`: egad/rule_programs.py's workloads): on every program where the
+transformers (those that run only under a memory limit, Rule.memory, included: they
+are run as if under one), and rewrites none of whose instances was rewritten are
+checked on whole programs (`programs`: egad/rule_programs.py's workloads): on every program where the
 rule fires, alone, the program `extract_latest` decodes against the original, on the
 arguments of `PROGRAM_SEEDS` (each float result within the tolerance below of its own
 largest value, or of ten times what the program as written itself moves when its float
@@ -748,7 +749,7 @@ def _check_on_programs(rules_, cases, verdicts: dict, progress) -> None:
         fired = {rule.name: 1 for rule in rules_}  # one rule, or a failure below: try each alone
         if len(rules_) > 1:
             try:
-                fired = saturate(encode(case.program), [together], Limits()).fired()
+                fired = saturate(encode(case.program), [together], Limits(), memory_limited=True).fired()
             except Exception:  # noqa: BLE001 - a rule that raises is found when each runs alone
                 pass
         share = (time.perf_counter() - begun) / len(rules_)
@@ -775,7 +776,7 @@ def _check_program(rule, case, verdict: RuleVerdict) -> None:
 
     encoding = encode(case.program)
     try:
-        report = saturate(encoding, [_alone(rule)], Limits())
+        report = saturate(encoding, [_alone(rule)], Limits(), memory_limited=True)
     except Exception as error:  # noqa: BLE001 - a transformer that raises is reported, not propagated
         verdict.counterexample = Counterexample(rule, f"program {case.name}", [],
                                                 f"the rule raised {type(error).__name__}: {_first_line(error)}")

@@ -28,8 +28,24 @@ against each other and against the other families' rewrites:
                             ops, matmuls included). S bytes held a trip instead of R,
                             for one more forward step a trip. Made only where S < R; a
                             late rule too.
+    checkpoint-every-k-trips
+                            checkpoint every k trips (k the divisor of a static trip
+                            count T nearest sqrt(T)): the forward loop becomes an outer
+                            loop over T/k segments around a copy of its body, stacking
+                            the states a segment starts from (those the pushed values
+                            read); the reverse loop becomes an outer loop over the
+                            segments, last first, that re-runs segment s from its row,
+                            stacking every pushed value, then runs the segment's
+                            adjoint trips reading row i - s x k where it popped (per-trip
+                            outputs are stacked per segment and joined). T/k x S + k x R
+                            bytes held, for one more forward pass. Bodies are copied as
+                            written, so that a rewrite that holds more (an input
+                            projection batched over every trip) is made again in the
+                            copy beside the form that holds less. Late, and made only
+                            under a memory limit (Rule.memory): the extractor prices
+                            time alone without one, and this never wins on time.
 
-Assumes (all three rules): a forward `for` loop F from the constant 0 with its
+Assumes (all four rules): a forward `for` loop F from the constant 0 with its
 `trip_dim` set, every tape state of which starts as `NewTape` and gains exactly one
 `tape_push(Arg, v)` per trip; a reverse `for` loop R over the same bound classes, run
 in the opposite direction, every tape state of which starts as one of F's final tapes
@@ -44,27 +60,25 @@ tapes (`batch-weight-gradient` makes a second one); both copies' regions record 
 they copy (`RegionInfo.copied_from`), so a later round finds them.
 
 Memory: storing keeps every residual (rows or tape, the same bytes); recomputing holds
-fewer; checkpointing the state fewest (T x S). A memory budget's check
-(`_within_budget`, egad/api.py) counts tapes and stacked rows alike
-(egad/ad/checkpoint.py: `taped_bytes` beside `held_bytes`). The extractor prices time,
-so it takes `checkpoint-carried-states` where recomputing a step costs less than
-reading its rows back (moe_topk's gradient); under a memory budget, an extraction
-that prices held bytes first (egad/optimizer.py, `_within_memory`) weighs its fewer
-rows too. Every-k policies for k > 1 are written outside the e-graph:
-`egad.optimize(..., memory_budget=bytes)` plans one policy per top-level `for` loop
-with a static trip count and per top-level `while` loop (egad/ad/checkpoint.py:
-store-all where the budget allows, else every-k checkpointing with the k that fits,
-nested over as many levels as the budget needs, or binomial (uneven) cuts where even
-segments would need one more level; a `while` loop's k is planned for the
-trips it runs on the example inputs, and its segments double on longer runs,
-egad/ad/online.py) and differentiates the segmented program, whose
-adjoint recomputes each segment's residuals from its checkpointed state; the e-graph
-then optimizes that gradient.
+fewer; checkpointing the state every trip fewer still (T x S), every k trips fewest
+(T/k x S + k x R). A memory budget's check (`_within_budget`, egad/api.py) counts tapes
+and stacked rows alike (egad/ad/checkpoint.py: `taped_bytes` beside `held_bytes`; a
+segment's rows, remade in every segment, count once, and the extractor prices them
+once too). The extractor prices time, so it takes `checkpoint-carried-states` where
+recomputing a step costs less than reading its rows back (moe_topk's gradient); under
+a memory limit, the extraction that prices bytes held (egad/optimizer.py,
+`_within_memory`) weighs every alternative's rows. `egad.optimize(...,
+memory_budget=bytes)` also plans one policy per top-level loop outside the e-graph
+(egad/ad/checkpoint.py: every-k nested over as many levels as the budget needs,
+binomial cuts, and `while` loops' online doubling, egad/ad/online.py) and
+differentiates the segmented program; when it checkpoints, the e-graph is also given
+the store-all gradient under the budget, and the program predicted faster is built
+(egad/api.py, `_egraph_policies`).
 
-Still to do, and why it would live here: every-k (k > 1) and binomial cuts as
-whole-loop alternatives, so that the extractor weighs them under `memory_budget` with
-the rest (today the budget's policies are planned before the e-graph), the online doubling
-of `while` loops' segments among them.
+Still to do, and why it would live here: binomial cuts, nested levels and the online
+doubling of `while` loops' segments as whole-loop alternatives (today only the plan
+writes them); every-k for a loop pair whose reverse loop stacks a popped residual
+directly (`batch-weight-gradient`'s copies).
 """
 from __future__ import annotations
 
@@ -72,6 +86,7 @@ import dataclasses
 
 from egad.cost_model import nbytes
 from egad.egraph.attrs import attrs_node
+from egad.egraph.encoding import RegionInfo
 from egad.egraph.enode import ClassId, ENode, children
 from egad.ir import ops
 from egad.ir.types import TapeType, TensorType
@@ -80,10 +95,8 @@ from .loop_body import copy_body, copy_recorder, copy_region, loop_body
 from .patterns import int_constant
 from .registry import family
 
-CHECKPOINT = family("checkpoint", __doc__, todo="every-k (k > 1), binomial and online policies as e-graph "
-                    "alternatives, chosen under memory_budget by the extractor (every-k, for and while, "
-                    "binomial cuts and online doubling for while are planned outside the e-graph: "
-                    "egad/ad/checkpoint.py)")
+CHECKPOINT = family("checkpoint", __doc__, todo="binomial cuts, nested levels and online doubling as e-graph "
+                    "alternatives (planned outside the e-graph today: egad/ad/checkpoint.py)")
 
 STACK = "stack-taped-residuals"
 RECOMPUTE = "recompute-taped-residuals"
@@ -399,9 +412,9 @@ class _ReverseBody:
     body: dict[ClassId, ENode]
 
 
-def _reverse_body(view, node: ENode, pops, forward: _Forward) -> _ReverseBody | None:
-    """R's body as its copy would compute it, or None when it cannot be copied (a control
-    node; a tape read other than through its one pop a trip)."""
+def _reverse_body(view, node: ENode, pops, forward: _Forward, as_written: bool = False) -> _ReverseBody | None:
+    """R's body as its copy would compute it (`as_written`: loop_body's), or None when it
+    cannot be copied (a control node; a tape read other than through its one pop a trip)."""
     region, _, _, inits, results, attrs_class = node.args
     n_state = len(inits)
     kept = [k for k in range(n_state) if k not in pops]
@@ -412,7 +425,7 @@ def _reverse_body(view, node: ENode, pops, forward: _Forward) -> _ReverseBody | 
     kept_ys = [j for j in range(len(ys)) if j not in direct]
     starts = [results[k] for k in kept] + [ys[j] for j in kept_ys]
     invariant = view.facts.invariant.get(region, set())
-    walked = loop_body(view, region, starts, invariant, leaves=frozenset(popped))
+    walked = loop_body(view, region, starts, invariant, leaves=frozenset(popped), as_written=as_written)
     if walked is None or walked[1] & {1 + j for j in pops}:
         return None
     return _ReverseBody(kept, kept_ys, direct, starts, walked[0])
@@ -464,3 +477,264 @@ def _recompute(view, forward: _Forward, k: int, row_reads: dict, counter: ENode,
     body.update({leaf: ENode("Arg", ()) for leaf in leaves})  # placeholders: seeded below
     copies = copy_body(body, lambda index: counter, record, leaves)
     return copies[forward.pushed[k]]
+
+
+# ------------------------------------------------------------------ every k trips
+
+EVERY_K = "checkpoint-every-k-trips"
+
+
+# memory: without a memory limit the extractor prices time alone, and this alternative
+# (one more forward pass, for fewer bytes held) never wins: it is made only under one
+@CHECKPOINT.transformer(EVERY_K, "a loop pair split into segments of k trips: the forward loop stacks its state "
+                                 "at each segment's start only, the reverse loop re-runs each segment storing its "
+                                 "residuals, then its adjoint: T/k x S + k x R bytes held instead of T x R, for "
+                                 "one more forward pass", late=True, memory=True)
+def checkpoint_every_k_trips(view) -> int:
+    snapshot, encoding = view.snapshot, view.encoding
+    loops = {node.args[0]: (cid, node) for cid, members in snapshot.nodes.items()
+             for node in members if node.head == "For"}
+    made = [(region, info.copied_from) for region, info in encoding.regions.items()
+            if info.copied_from is not None and info.copied_from[0] == EVERY_K]
+    copied = {of for _, (_, of, _) in made} | {region for region, _ in made}  # copied, and the copies
+    # a forward loop's region -> its copy's outer region, whose stacked rows are the checkpoints
+    forward_copies = {of: region for region, (_, of, record) in made if record}
+    forwards: dict[ClassId, tuple[_Forward, int]] = {}
+    for region, (cid, node) in loops.items():
+        forward = _forward(view, cid, node)
+        if forward is not None:
+            for k in forward.pushed:
+                tape = snapshot.index.get(ENode("Get", (cid, k)))
+                if tape is not None:
+                    forwards[tape] = (forward, k)
+    outputs = view.outputs()
+    changed = 0
+    for region, (cid, node) in sorted(loops.items()):
+        if region in copied:
+            continue
+        found = _pops(view, node, forwards)
+        segments = found and _segmenting(view, found[0], node)
+        if not segments:
+            continue
+        forward, pops = found
+        forward.stored, forward.recomputed = sorted(forward.pushed), {}  # a segment's residuals, all stacked
+        walked = _reverse_body(view, node, pops, forward, as_written=True)  # as _segment_body's, for the same reason
+        rerun = _segment_body(view, forward, segments, stacking=True)
+        if walked is None or walked.direct or rerun is None:
+            continue  # (direct: a per-trip output that is a popped residual, read from the rows: not written yet)
+        if forward.rows is None:  # the checkpoints: one forward copy, shared by every reverse loop
+            existing = forward_copies.get(forward.node.args[0])
+            forward.rows = _checkpoints_of(loops[existing][0], segments) if existing is not None \
+                else _checkpointed_forward(view, forward, segments, outputs)
+            if forward.rows is None:
+                continue
+        _segmented_reverse(view, cid, node, pops, forward, segments, outputs, walked, rerun)
+        changed += 1
+    return changed
+
+
+@dataclasses.dataclass(frozen=True)
+class _Segments:
+    """How a forward loop of `trips` trips is cut: `count` segments of `length` trips.
+    `kept`: its carried states that are not tapes; `rerun`: those the pushed values
+    depend on, checkpointed at each segment's start and carried by its re-run."""
+
+    trips: int
+    length: int
+    kept: tuple[int, ...]
+    rerun: tuple[int, ...]
+
+    @property
+    def count(self) -> int:
+        return self.trips // self.length
+
+
+MIN_SEGMENTED_TRIPS = 4  # fewer trips leave no segment length k with 1 < k < T
+
+
+def _segmenting(view, forward: _Forward, reverse: ENode) -> _Segments | None:
+    """The segments of a loop pair this rule splits: a static trip count T with a
+    divisor k, 1 < k < T, nearest sqrt(T) (the fewest bytes held: T/k x S + k x R);
+    per-trip outputs (ys) of static shapes. None when it does not fit."""
+    _, _, hi, inits, results, attrs_class = forward.node.args
+    trips = view.attrs(attrs_class).get("trip_dim")
+    if not isinstance(trips, int) or int_constant(view, hi) != trips or trips < MIN_SEGMENTED_TRIPS:
+        return None
+    ys = list(results[len(inits):]) + list(reverse.args[4][len(reverse.args[3]):])
+    if view.attrs(reverse.args[5]).get("trip_dim") != trips or any(_row_shape(view, y) is None for y in ys):
+        return None
+    divisors = [k for k in range(2, trips) if trips % k == 0]
+    if not divisors:
+        return None
+    length = min(divisors, key=lambda k: (abs(k - trips ** 0.5), k))
+    kept = tuple(k for k in range(len(inits)) if k not in forward.pushed)
+    rerun = _states_read(view, forward, kept)
+    return _Segments(trips, length, kept, rerun) if rerun else None
+
+
+def _states_read(view, forward: _Forward, kept: tuple[int, ...]) -> tuple[int, ...]:
+    """The kept states the pushed values read, at any number of trips back (a state
+    whose next value reads another reads that one too); () when a walk fails."""
+    region, _, _, _, results, _ = forward.node.args
+    invariant = view.facts.invariant.get(region, set())
+    needed: set[int] = set()
+    frontier = [forward.pushed[k] for k in sorted(forward.pushed)]
+    while frontier:
+        walked = loop_body(view, region, frontier, invariant, as_written=True)
+        if walked is None:
+            return ()
+        new = {index - 1 for index in walked[1] if index - 1 in kept} - needed
+        needed |= new
+        frontier = [results[k] for k in sorted(new)]
+    return tuple(sorted(needed))
+
+
+def _segment_body(view, forward: _Forward, segments: _Segments, stacking: bool):
+    """(starts, body): F's body as a segment's loop computes it: the next values of its
+    kept states and its per-trip outputs, or with `stacking` (a re-run) the next values
+    of the states it re-runs and every value F pushes (stacked instead); None when it
+    cannot be copied (a value that reads a tape other than by its push). Copied as
+    written: a rewrite that holds more (the input projection batched over all T trips)
+    is made again in the copy, beside the form that holds less, and the extraction
+    weighs both."""
+    region, _, _, inits, results, _ = forward.node.args
+    if stacking:
+        starts = [results[k] for k in segments.rerun] + [forward.pushed[k] for k in forward.stored]
+    else:
+        starts = [results[k] for k in segments.kept] + list(results[len(inits):])
+    walked = loop_body(view, region, starts, view.facts.invariant.get(region, set()), as_written=True)
+    if walked is None or walked[1] & {1 + k for k in forward.pushed}:
+        return None
+    return starts, walked[0]
+
+
+def _checkpoints_of(loop_class: ClassId, segments: _Segments) -> dict[int, ENode]:
+    """Re-run state k -> its checkpoint rows, stacked by the forward copy `loop_class`."""
+    n_kept = len(segments.kept)
+    return {k: ENode("Get", (loop_class, n_kept + t)) for t, k in enumerate(segments.rerun)}
+
+
+def _row_shape(view, cid: ClassId) -> tuple[int, ...] | None:
+    """The static shape of one trip's row of a per-trip output, else None."""
+    value_type = view.types.get(cid)
+    return value_type.shape if isinstance(value_type, TensorType) and value_type.is_static else None
+
+
+def _joined_rows(view, rows: ENode, segments: _Segments, row_cid: ClassId) -> ENode:
+    """A per-trip output stacked per segment, (T/k, k, *row), as the loop stacks it: (T, *row)."""
+    shape = (segments.trips, *_row_shape(view, row_cid))
+    return ENode("Op1", ("reshape", attrs_node({"shape": shape}, view.encoding.constants), rows))
+
+
+def _segment_bounds(view, counter: ENode, segments: _Segments) -> tuple[ENode, ENode]:
+    """(s x k, s x k + k) for the segment counter `counter`."""
+    no_attrs = attrs_node({}, view.encoding.constants)
+    length = ENode("Scalar", ("int64", segments.length))
+    start = ENode("Op2", ("mul", no_attrs, counter, length))
+    return start, ENode("Op2", ("add", no_attrs, start, length))
+
+
+def _nested_region(view, region: int, parent: int) -> int:
+    """A fresh region id for a copy of `region` written inside region `parent`."""
+    regions = view.encoding.regions
+    copy = max(regions) + 1
+    regions[copy] = RegionInfo(regions[region].op, regions[region].names, parent, (EVERY_K, region, ()))
+    return copy
+
+
+def _loop_attrs(view, attrs_class: ClassId, trips: int) -> ENode:
+    """A copy's attributes: the copied loop's, with its own trip count."""
+    values = {**view.attrs(attrs_class), "trip_dim": trips}
+    values.pop("trip_guess", None)
+    return attrs_node(values, view.encoding.constants)
+
+
+def _checkpointed_forward(view, forward: _Forward, segments: _Segments, outputs) -> dict[int, ENode] | None:
+    """F_k: an outer loop over the segments whose body runs one segment of F's trips
+    (F's body copied without its tapes) and stacks the states a re-run starts from;
+    F's other outputs are unioned with F_k's (per-trip outputs stacked per segment,
+    joined). Returns re-run state k -> its checkpoint rows, or None when F's body cannot
+    be copied."""
+    region, _, _, inits, results, attrs_class = forward.node.args
+    n_state, n_ys = len(inits), len(results) - len(inits)
+    walked = _segment_body(view, forward, segments, stacking=False)
+    if walked is None:
+        return None
+    starts, body = walked
+    kept = list(segments.kept)
+    record = copy_recorder(view)
+    outer = copy_region(view, region, (EVERY_K, region, (segments.length,)))
+    inner = _nested_region(view, region, outer)
+    start, stop = _segment_bounds(view, ENode("Arg", (outer, 0)), segments)
+    renumbered = {0: 0, **{1 + k: 1 + t for t, k in enumerate(kept)}}
+    copies = copy_body(body, lambda index: ENode("Arg", (inner, renumbered[index])), record)
+    states = tuple(ENode("Arg", (outer, 1 + t)) for t in range(len(kept)))
+    segment = record(forward.cid, ENode("For", (inner, start, stop, states, tuple(copies.get(c, c) for c in starts),
+                                                _loop_attrs(view, attrs_class, segments.length))))
+    loop = record(forward.cid, ENode("For", (
+        outer, ENode("Scalar", ("int64", 0)), ENode("Scalar", ("int64", segments.count)),
+        tuple(inits[k] for k in kept),
+        tuple(ENode("Get", (segment, t)) for t in range(len(kept)))
+        + tuple(states[kept.index(k)] for k in segments.rerun)  # the states a segment starts from, stacked
+        + tuple(ENode("Get", (segment, len(kept) + j)) for j in range(n_ys)),
+        _loop_attrs(view, attrs_class, segments.count))))
+    first_ys = len(kept) + len(segments.rerun)
+    for k, get in sorted(outputs.get(forward.cid, {}).items()):
+        if k in kept:
+            view.union(get, ENode("Get", (loop, kept.index(k))))
+        elif k >= n_state:
+            view.union(get, _joined_rows(view, ENode("Get", (loop, first_ys + k - n_state)), segments, results[k]))
+    return _checkpoints_of(loop, segments)
+
+
+def _segmented_reverse(view, cid: ClassId, node: ENode, pops, forward: _Forward, segments: _Segments, outputs,
+                       walked: _ReverseBody, rerun) -> None:
+    """R_k: an outer loop over the segments, last first, whose body re-runs segment s of
+    F from its checkpoint row s, stacking every residual F pushed (`rerun`: F's body with
+    its pushed values as stacked outputs), then runs R's trips of the segment, reading
+    row i - s x k of those where R popped; R's other outputs are unioned with R_k's
+    (per-trip outputs stacked per segment, joined)."""
+    f_region, _, _, _, _, f_attrs = forward.node.args
+    region, _, _, inits, results, attrs_class = node.args
+    n_state = len(inits)
+    rerun_states, r_kept = list(segments.rerun), walked.kept
+    constants = view.encoding.constants
+    record = copy_recorder(view)
+    outer = copy_region(view, region, (EVERY_K, region, ()))
+    segment_counter = ENode("Arg", (outer, 0))
+    start, stop = _segment_bounds(view, segment_counter, segments)
+    axis = attrs_node({"axis": 0}, constants)
+
+    # segment s of F again, from its checkpoint, stacking what F pushed
+    again = _nested_region(view, f_region, outer)
+    starts, body = rerun
+    renumbered = {0: 0, **{1 + k: 1 + t for t, k in enumerate(rerun_states)}}
+    copies = copy_body(body, lambda index: ENode("Arg", (again, renumbered[index])), record)
+    again_loop = record(forward.cid, ENode("For", (
+        again, start, stop,
+        tuple(ENode("Op2", ("take", axis, forward.rows[k], segment_counter)) for k in rerun_states),
+        tuple(copies.get(c, c) for c in starts), _loop_attrs(view, f_attrs, segments.length))))
+    rows = {k: ENode("Get", (again_loop, len(rerun_states) + t)) for t, k in enumerate(forward.stored)}
+
+    # R's trips of segment s, reading the rows of the re-run where R popped
+    inner = _nested_region(view, region, outer)
+    args = {0: ENode("Arg", (inner, 0)), **{1 + k: ENode("Arg", (inner, 1 + j)) for j, k in enumerate(r_kept)}}
+    counter = view.snapshot.index.get(ENode("Arg", (region, 0)))
+    if counter is not None:  # the counter keeps its name in the seeds (a body may not have read it before)
+        record(counter, args[0])
+    row = ENode("Op2", ("sub", attrs_node({}, constants), args[0], start))
+    seeded = {popped: ENode("Op2", ("take", axis, rows[k], row)) for popped, k in pops.values() if popped is not None}
+    copies = copy_body(walked.body, args.__getitem__, record, seeded)
+    segment = record(cid, ENode("For", (
+        inner, start, stop, tuple(ENode("Arg", (outer, 1 + j)) for j in range(len(r_kept))),
+        tuple(copies.get(c, c) for c in walked.starts), _loop_attrs(view, attrs_class, segments.length))))
+    loop = record(cid, ENode("For", (
+        outer, ENode("Scalar", ("int64", 0)), ENode("Scalar", ("int64", segments.count)),
+        tuple(inits[k] for k in r_kept), tuple(ENode("Get", (segment, j)) for j in range(len(walked.starts))),
+        _loop_attrs(view, attrs_class, segments.count))))
+    for k, get in sorted(outputs.get(cid, {}).items()):
+        if k in r_kept:
+            view.union(get, ENode("Get", (loop, r_kept.index(k))))
+        elif k >= n_state:
+            ys = len(r_kept) + walked.kept_ys.index(k - n_state)
+            view.union(get, _joined_rows(view, ENode("Get", (loop, ys)), segments, results[k]))

@@ -19,7 +19,7 @@ from egad.egraph.placement import CONTROL_HEADS
 MAX_CYCLE_RETRIES = 8  # walks of a body, each copying as written the classes whose latest node closed a cycle
 
 
-def loop_body(view, region: int, starts, invariant, leaves=frozenset()):
+def loop_body(view, region: int, starts, invariant, leaves=frozenset(), as_written: bool = False):
     """The classes the new loop recomputes: those whose node reads, at any depth, an
     `Arg` of the loop; each with that node, and the loop's Args they read. Each class is
     copied through its latest recorded node (what the rules made of it: a copy made in a
@@ -29,7 +29,9 @@ def loop_body(view, region: int, starts, invariant, leaves=frozenset()):
     and all, is the same value in both loops). A class of `leaves` is in the body but
     not walked: the caller gives its node (`copy_body`'s `seeded`). None for a body the
     copy cannot hold: a control node or a tape allocation in it, an Arg of a region
-    nested in the loop, a class with no recorded node, a cycle through earliest nodes."""
+    nested in the loop, a class with no recorded node, a cycle through earliest nodes.
+    `as_written`: every class through its earliest node (the rules then rewrite the
+    copy as they did the loop, and both forms stay in its classes)."""
     snapshot, origins = view.snapshot, view.editor.origins
     outer = {0}
     parent = view.encoding.regions[region].parent
@@ -37,7 +39,7 @@ def loop_body(view, region: int, starts, invariant, leaves=frozenset()):
         outer.add(parent)
         parent = view.encoding.regions[parent].parent
     chosen: dict[ClassId, ENode | None] = {}
-    as_written: set[ClassId] = set()  # classes whose latest node closed a cycle: their earliest is copied
+    earliest: set[ClassId] = set()  # classes whose latest node closed a cycle: their earliest is copied
 
     def node_of(cid: ClassId) -> ENode | None:
         if cid not in chosen:
@@ -47,7 +49,8 @@ def loop_body(view, region: int, starts, invariant, leaves=frozenset()):
             # carried unchanged equal to its initial value): never how this loop's copy reads it
             latest = [n for n in reversed(recorded) if n.head not in CONTROL_HEADS and n.head != "NewTape"
                       and not (n.head == "Arg" and n.args[0] != region)]
-            chosen[cid] = (recorded[0] if cid in as_written or not latest else latest[0]) if recorded else None
+            chosen[cid] = (recorded[0] if cid in earliest or as_written or not latest else latest[0]) \
+                if recorded else None
         return chosen[cid]
 
     def term_reads(cid: ClassId) -> list[ClassId]:
@@ -59,9 +62,9 @@ def loop_body(view, region: int, starts, invariant, leaves=frozenset()):
     for _ in range(MAX_CYCLE_RETRIES):
         cycles: list[ClassId] = []
         order = post_order(starts, term_reads, cycles.append)
-        if not cycles or set(cycles) <= as_written:
+        if not cycles or set(cycles) <= earliest or as_written:
             break
-        as_written.update(cycles)  # copy those as written, and walk again
+        earliest.update(cycles)  # copy those as written, and walk again
         chosen.clear()
     if cycles or any(node_of(cid) is None for cid in order if cid not in invariant and cid not in leaves):
         return None  # a cycle through the earliest nodes, or nothing recorded

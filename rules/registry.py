@@ -106,6 +106,9 @@ class Rule:
     # second phase): one that copies whole loops for an alternative that costs more
     # e-graph than it is likely to save waits until the other rules have settled
     late: bool = False
+    # a transformer whose alternatives only a memory limit makes worth their cost (they
+    # save bytes held, for time): run only when the saturation is told memory is limited
+    memory: bool = False
 
     @property
     def egglog_rules(self) -> tuple:
@@ -143,13 +146,14 @@ class Family:
         """Register a rule made of `rewrite(...)`/`rule(...)` items, sited at the caller."""
         return self._add(Rule(name, self.name, why, RuleSite.here(name, depth=2), len(_RULES), tuple(items)))
 
-    def transformer(self, name: str, why: str, late: bool = False):
+    def transformer(self, name: str, why: str, late: bool = False, memory: bool = False):
         """Decorator: register a Python transformer `fn(view) -> alternatives added`, sited
-        at its def; `late`: run in the schedule's second phase only (Rule.late)."""
+        at its def; `late`: run in the schedule's second phase only (Rule.late); `memory`:
+        only under a memory limit (Rule.memory)."""
         def register(fn):
             code = fn.__code__
             self._add(Rule(name, self.name, why, RuleSite(name, code.co_filename, code.co_firstlineno),
-                           len(_RULES), (), fn, late))
+                           len(_RULES), (), fn, late, memory))
             return fn
 
         return register

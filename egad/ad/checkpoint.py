@@ -191,6 +191,11 @@ class CheckpointPlan:
     def planned_bytes(self) -> int:
         return sum(p.bytes for p in self.policies)
 
+    @property
+    def checkpoints(self) -> bool:
+        """Whether the plan checkpoints any loop (store-all did not fit the budget)."""
+        return any(p.checkpointed for p in self.policies)
+
     def apply(self, program: Program) -> Program:
         """`program` with every checkpointed loop segmented (loops from the last, so
         that the indices of the earlier ones stay valid)."""

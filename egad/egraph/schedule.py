@@ -16,7 +16,10 @@ Each round:
    late one (`Rule.late`: rules/checkpoint.py's `recompute-taped-residuals`, which
    copies whole loop pairs again) only in a round where nothing else changed the
    e-graph, so that it copies bodies the other rules are done with; then rounds go on
-   (its copies are rewritten like any loop) until it too adds nothing;
+   (its copies are rewritten like any loop) until it too adds nothing. A transformer
+   whose alternatives only save memory (`Rule.memory`: `checkpoint-every-k-trips`)
+   runs only when `saturate` is told the extraction will price bytes held
+   (`memory_limited`);
 4. provenance: the marks the rules left are read back, so every new e-node records
    the rule that made it (egad/egraph/marks.py).
 
@@ -128,16 +131,20 @@ class TransformView:
         self.unions += 1
 
 
-def saturate(encoding: Encoding, families=None, limits: Limits = Limits()) -> SaturationReport:
+def saturate(encoding: Encoding, families=None, limits: Limits = Limits(),
+             memory_limited: bool = False) -> SaturationReport:
     """Run the selected rule families (names or `Family` objects; None: the default ones)
-    on `encoding`'s e-graph in rounds, within `limits`; returns what happened."""
+    on `encoding`'s e-graph in rounds, within `limits`; returns what happened.
+    `memory_limited`: the extraction will price bytes held, so the transformers that
+    trade time for memory (Rule.memory) run too."""
     from egad import rules as registry  # rules/ builds on this layer: imported when first needed
 
     selected = registry.default() if families is None else [
         f if isinstance(f, registry.Family) else registry.family_named(f) for f in families]
     rulesets = [f.ruleset for f in selected if f.ruleset is not None]
-    transformers = [r for f in selected for r in f.transformers if not r.late]
-    late_transformers = [r for f in selected for r in f.transformers if r.late]
+    runnable = [r for f in selected for r in f.transformers if memory_limited or not r.memory]
+    transformers = [r for r in runnable if not r.late]
+    late_transformers = [r for r in runnable if r.late]
     sites = registry.sites()
     names = {r.id: r.name for r in registry.all_rules()}
     egraph = encoding.egraph

@@ -399,11 +399,12 @@ def test_an_optimization_that_stacks_past_the_budget_falls_back_to_the_checkpoin
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
 
 
-def test_an_optimization_over_the_budget_is_extracted_again_with_memory_priced_first():
+def test_an_optimization_over_the_budget_is_extracted_again_with_bytes_held_priced():
     """Under a budget of half the store-all tapes the plan checkpoints the loop; the
     fastest extraction then batches and stacks past the budget. Rather than fall back
-    to the checkpointed program, the optimizer extracts again pricing held bytes first
-    (CostModel.held_byte_seconds) and builds that extraction, which fits."""
+    to the checkpointed program, the optimizer extracts again pricing held bytes
+    (CostModel.held_byte_seconds, the least price that fits) and builds that
+    extraction."""
     rng = np.random.default_rng(4)
     n, batch, inputs, steps = 96, 32, 64, 32
     args = ((rng.standard_normal((n, n)) / n).astype(np.float32), (rng.standard_normal((inputs, n)) / 8).astype(
@@ -415,12 +416,41 @@ def test_an_optimization_over_the_budget_is_extracted_again_with_memory_priced_f
     value, grads = optimized(*args)
     (optimization,) = optimized.optimizations
     assert optimization.fallback is None, optimization.fallback
-    assert "extracted again with memory priced first" in optimization.memory
+    assert "extracted again with bytes held priced at" in optimization.memory
     assert "memory: the fastest extraction holds" in optimized.report()
     (plan,) = optimized.checkpoint_plans
     original = optimization.original
     extra = checkpoint.kept_bytes(optimized.program) - checkpoint.kept_bytes(original)
     assert plan.planned_bytes + extra <= budget
+    np.testing.assert_allclose(value, want_value, rtol=1e-5)
+    for got, want in zip(grads, want_grads):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
+
+
+def test_the_egraph_checkpoints_the_store_all_gradient_itself_when_that_is_predicted_faster():
+    """Under a third of the store-all tapes, the plan's program, optimized, holds more than
+    the budget allows (batching) and falls back. The e-graph, given the store-all
+    gradient and the budget, weighs its own every-k alternative (rules/checkpoint.py's
+    `checkpoint-every-k-trips`) with batching and builds that: within the budget,
+    predicted faster than the plan's program, gradients unchanged."""
+    from egad.rules.checkpoint import EVERY_K
+
+    rng = np.random.default_rng(4)
+    n, batch, inputs, steps = 96, 32, 64, 32
+    args = ((rng.standard_normal((n, n)) / n).astype(np.float32), (rng.standard_normal((inputs, n)) / 8).astype(
+        np.float32), rng.standard_normal((steps, batch, inputs)).astype(np.float32), np.zeros((batch, n), np.float32))
+    program = egad.trace(rnn_loss, *args)
+    store_all = egad.value_and_grad(program, wrt=(0, 1))
+    want_value, want_grads = egad.interpret(store_all, *args)
+    budget = checkpoint.taped_bytes(store_all) // 3 + 1
+    optimized = egad.optimize(program, wrt=(0, 1), memory_budget=budget, check=False)
+    value, grads = optimized(*args)
+    (optimization,) = optimized.optimizations
+    assert "the e-graph's own checkpointing of the store-all gradient" in optimization.memory
+    assert optimization.memory.endswith("it is built"), optimization.memory
+    assert optimization.chosen[EVERY_K] > 0 and optimization.fallback is None
+    assert checkpoint.kept_bytes(optimized.program) <= checkpoint.held_bytes(store_all) + budget
+    assert checkpoint.taped_bytes(optimized.program) == 0  # the segments' residuals are stacked rows
     np.testing.assert_allclose(value, want_value, rtol=1e-5)
     for got, want in zip(grads, want_grads):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * np.abs(want).max())
