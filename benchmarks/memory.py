@@ -165,8 +165,11 @@ def child_checkpoint(T: int, budget: int = 0) -> dict:
     out = pathlib.Path(os.environ.get("EGAD_BENCH_TMP", "/tmp")) / f"checkpoint-grads-{T}-{budget}.npy"
     np.save(out, np.concatenate([np.ravel(g) for g in grads]))
     plan = compiled.checkpoint_plans[0]
+    (optimization,) = compiled.optimizations
+    # what was built: the plan's program or the e-graph's own checkpointing (egad/api.py, _egraph_policies)
+    built = [f"memory: {optimization.memory}"] if optimization.memory else []
     return {**measured, "step_s": float(np.median(seconds)), "value": float(value), "grads_file": str(out),
-            "plan": plan.lines()}
+            "plan": plan.lines() + built}
 
 
 ONLINE_PLANNED_T = 64  # the trips the while loop runs on the example inputs (the plan's sample)

@@ -130,12 +130,12 @@ class Optimized:
             optimization = optimize_program(program, self.families, self.target,
                                             check_args=None if runs_here else examples,
                                             memory_limit=_memory_limit(program, plan), trip_guesses=sizes)
-            for phase, seconds in optimization.timings.items():
-                self.timings[phase] = self.timings.get(phase, 0.0) + seconds
             optimization = _within_budget(optimization, original, plan)
-            if store_all is not None:
+            if store_all is not None:  # its timings: both optimizations'
                 optimization = _egraph_policies(optimization, store_all, plan, self.families, self.target,
                                                 None if runs_here else examples, sizes)
+            for phase, seconds in optimization.timings.items():
+                self.timings[phase] = self.timings.get(phase, 0.0) + seconds
             program = optimization.program
         compared = optimization is not None and program is not original and runs_here
         if compared:  # both builds, side by side
@@ -267,36 +267,36 @@ def _within_budget(optimization, original: Program, plan):
 
 def _egraph_policies(optimization, store_all: Program, plan, families, target, check_args, sizes):
     """The planned program's optimization, or the store-all gradient's optimized within the
-    budget by the e-graph, whichever is predicted faster. Under a memory limit the e-graph
-    holds checkpointing alternatives of its own (rules/checkpoint.py's
-    `checkpoint-every-k-trips`), and its extraction weighs them against the other rules'
-    alternatives with bytes held priced (optimizer._within_memory); the plan is chosen
-    before the e-graph, by the cost of the forward passes it adds (ad/checkpoint.py). Both
-    compute the same values; the planned program stays the one `optimize` falls back to."""
+    budget by the e-graph, whichever is predicted faster (with both runs' timings). Under
+    a memory limit the e-graph holds checkpointing alternatives of its own
+    (rules/checkpoint.py's `checkpoint-every-k-trips`), and its extraction weighs them
+    against the other rules' alternatives with bytes held priced
+    (optimizer._within_memory); the plan is chosen before the e-graph, by the cost of the
+    forward passes it adds (ad/checkpoint.py). Both compute the same values; the planned
+    program stays the one `optimize` falls back to."""
     from .ad import checkpoint
     from .optimizer import optimize_program
 
     limit = checkpoint.held_bytes(store_all) + plan.budget  # what the plan allows: its tapes within the budget
     candidate = optimize_program(store_all, families, target, check_args=check_args, memory_limit=limit,
                                  trip_guesses=sizes)
+    timings = {phase: optimization.timings.get(phase, 0.0) + candidate.timings.get(phase, 0.0)
+               for phase in {**optimization.timings, **candidate.timings}}
     held = checkpoint.kept_bytes(candidate.program)
     planned = optimization.predicted_after or optimization.predicted_before
     if candidate.program is store_all or held > limit or candidate.predicted_after is None or planned is None:
-        why = candidate.fallback or candidate.memory or "it holds more than the budget allows"
-        optimization.memory = f"{optimization.memory + '; ' if optimization.memory else ''}the e-graph's own " \
-                              f"checkpointing of the store-all gradient was not used ({why})"
-        return optimization
-    theirs, ours = candidate.predicted_after.total, planned.total
-    verdict = (f"the e-graph's own checkpointing of the store-all gradient ({held / 2**20:.2f} MiB kept) is "
-               f"predicted {theirs * 1e6:.1f} us against {ours * 1e6:.1f} us for the plan's program")
-    if theirs >= ours:
-        optimization.memory = f"{optimization.memory + '; ' if optimization.memory else ''}{verdict}: the plan's " \
-                              "is built"
-        return optimization
-    candidate.memory = f"{candidate.memory + '; ' if candidate.memory else ''}{verdict}: it is built"
-    for phase, seconds in optimization.timings.items():
-        candidate.timings[phase] = candidate.timings.get(phase, 0.0) + seconds
-    return candidate
+        verdict = ("the e-graph's own checkpointing of the store-all gradient was not used "
+                   f"({candidate.fallback or candidate.memory or 'it holds more than the budget allows'})")
+        chosen = optimization
+    else:
+        theirs, ours = candidate.predicted_after.total, planned.total
+        verdict = (f"the e-graph's own checkpointing of the store-all gradient ({held / 2**20:.2f} MiB kept) is "
+                   f"predicted {theirs * 1e6:.1f} us against {ours * 1e6:.1f} us for the plan's program: "
+                   + ("it is built" if theirs < ours else "the plan's is built"))
+        chosen = candidate if theirs < ours else optimization
+    # results may be cached (optimizer.optimize_program): changed on a copy
+    return dataclasses.replace(chosen, timings=timings,
+                               memory=f"{chosen.memory}; {verdict}" if chosen.memory else verdict)
 
 
 # The optimized build is kept unless it measures slower than the original by more

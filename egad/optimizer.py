@@ -130,6 +130,7 @@ def optimize_program(program: Program, families, target="llvm", limits=None, che
 MEMORY_PRICES = (1e-10, 1e-8, 1e-6, 1e-3)
 MEMORY_BISECTIONS = 2
 
+
 def _optimize(program, families, names, target, limits, check_args, memory_limit=None,
               trip_guesses=None) -> Optimization:
     from .egraph import Snapshot, decode, encode, extract_inserted, saturate
@@ -248,6 +249,7 @@ def _within_memory(result, encoding, snapshot, origins, model, memory_limit: int
 
 def _mib(n: float) -> str:
     return f"{n / 2**20:.2f} MiB"
+
 
 def _same_results(optimized: Program, original: Program, args) -> str | None:
     """None when both programs interpret to the same results on `args`, else what
