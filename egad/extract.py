@@ -659,11 +659,12 @@ class _Extractor:
         if node.head == "For":  # the driver copies each trip's ys into the stacked result
             for ys in node.args[4][len(node.args[3]):]:
                 row = concrete(self.types.of(ys), self.model.size)
-                # the stacked rows are held once, however often the loops around this one make them
-                # again (a checkpointed segment's rows: k x R, not T x R): their price is divided by
-                # the runs the entry's weight multiplies it by
-                compute += trips * (Work(0.0, 2.0 * nbytes(row)).seconds(self.target)
-                                    + nbytes(row) * self.model.held_byte_seconds / self.weight(free))
+                compute += trips * Work(0.0, 2.0 * nbytes(row)).seconds(self.target)
+                if self.model.held_byte_seconds:
+                    # the stacked rows are held once, however often the loops around this one make them
+                    # again (a checkpointed segment's rows: k x R, not T x R): their price is divided by
+                    # the runs the entry's weight multiplies it by (none: a loop of no trips around it)
+                    compute += trips * nbytes(row) * self.model.held_byte_seconds / max(self.weight(free), 1.0)
                 dispatches += trips
         dag.add(number, self.entry(free, compute, dispatches, trips * tape_bytes), self.innermost)
         depth: dict = {}

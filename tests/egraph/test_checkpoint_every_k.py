@@ -120,6 +120,26 @@ def test_a_segments_rows_are_priced_as_held_once_not_once_per_segment():
     assert held < T * row, held
 
 
+def scan_in_a_loop_of_no_trips(xs, h0):
+    def outer(i, h):
+        _, hs = egad.scan(lambda c, x: (enp.tanh(c + x),) * 2, h, xs)
+        return h + enp.sum(hs, axis=0)
+
+    return enp.sum(egad.fori_loop(0, 0, outer, h0))
+
+
+def test_rows_stacked_inside_a_loop_of_no_trips_are_priced_with_or_without_bytes_held():
+    """Dividing the rows' price by the runs of the loops around them must not divide by
+    the zero runs of a loop of no trips (Hypothesis found one: tests/tvm_bridge)."""
+    args = (np.ones((3, 2)), np.ones(2))
+    gradient = egad.value_and_grad(egad.trace(scan_in_a_loop_of_no_trips, *args), wrt=(0,))
+    encoding = encode(gradient)
+    snapshot = Snapshot.of(encoding.egraph)
+    for model in (CostModel(), MEMORY_FIRST):
+        program = decode(encoding, snapshot, extract(encoding, snapshot, model))
+        assert_same_results(egad.interpret(program, *args), egad.interpret(gradient, *args))
+
+
 def scan_loss(W, U, xs, h0):
     """The stacked hs (a forward per-trip output) read after the loop; the gradient with
     respect to xs is a reverse per-trip output."""
