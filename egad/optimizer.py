@@ -123,13 +123,15 @@ def optimize_program(program: Program, families, target="llvm", limits=None, che
     return result
 
 
-# Under a memory limit, the extraction is redone with each byte held priced at these
-# seconds, cheapest first, until one fits (a λ-sweep, DESIGN §6): the first that fits is
-# the fastest the sweep finds. The last is far above any time a program takes: that
-# extraction holds the least it can, and is the fastest among those.
-MEMORY_PRICES = (1e-10, 1e-8, 1e-6, 1e-3)
-MEMORY_BISECTIONS = 2
-
+# Under a memory limit, the extraction is redone with bytes held priced (a λ-sweep,
+# DESIGN §6), from the price at which the excess over the limit costs a tenth of the
+# program's predicted time, up by MEMORY_PRICE_STEP until one fits, to at most
+# MEMORY_FIRST_PRICE: far above any time a program takes, where the extraction holds
+# the least it can and is the fastest among those. Each price is a whole extraction
+# (2 s on the LSTM at T=1024), so the sweep is short: one step below a first price
+# that fits, one bisection between the last that did not and the first that did.
+MEMORY_PRICE_STEP = 10.0
+MEMORY_FIRST_PRICE = 1e-3
 
 def _optimize(program, families, names, target, limits, check_args, memory_limit=None,
               trip_guesses=None) -> Optimization:
@@ -192,12 +194,11 @@ def _optimize(program, families, names, target, limits, check_args, memory_limit
 
 def _within_memory(result, encoding, snapshot, origins, model, memory_limit: int, fastest):
     """(program, extraction): the fastest, when it holds no more than `memory_limit`; else
-    the extraction with the least price on bytes held that does: `MEMORY_PRICES` tried
-    cheapest first, then `MEMORY_BISECTIONS` prices between the last that did not fit
-    and the first that did. When none fits: the first holding no more than the original
-    program. While the original fits the limit, one predicted slower than the original
-    is not taken: the original is the better program. `result.memory` says what was
-    done, and `predicted_after`/`chosen` describe the extraction taken."""
+    the extraction at the least price on bytes held the sweep finds that fits (above).
+    When none fits: the first holding no more than the original program. While the
+    original fits the limit, one predicted slower than the original is not taken: the
+    original is the better program. `result.memory` says what was done, and
+    `predicted_after`/`chosen` describe the extraction taken."""
     from .ad.checkpoint import kept_bytes
     from .egraph import decode
     from .extract import extract, predicted_cost
@@ -211,18 +212,20 @@ def _within_memory(result, encoding, snapshot, origins, model, memory_limit: int
         program = decode(encoding, snapshot, extraction, origins)
         return program, extraction, kept_bytes(program), price
 
-    tried = [(*fastest, held, 0.0)]
-    fits = None
-    for price in MEMORY_PRICES:
-        tried.append(priced(price))
-        if tried[-1][2] <= memory_limit:
-            fits = tried[-1]
-            break
-    if fits is not None and len(tried) > 2:  # the sweep's steps are coarse: narrow the price down
-        low, high = tried[-2][3], fits[3]
-        for _ in range(MEMORY_BISECTIONS):
-            option = priced((low * high) ** 0.5)
-            fits, high, low = (option, option[3], low) if option[2] <= memory_limit else (fits, high, option[3])
+    seconds = max(result.predicted_after.seconds if result.predicted_after else 0.0, 1e-6)
+    price = min(seconds / (held - memory_limit) / MEMORY_PRICE_STEP, MEMORY_FIRST_PRICE)
+    tried = [(*fastest, held, 0.0), priced(price)]
+    if tried[-1][2] <= memory_limit:  # fits at once: one step cheaper may too
+        cheaper = priced(price / MEMORY_PRICE_STEP)
+        fits = cheaper if cheaper[2] <= memory_limit else tried[-1]
+    else:
+        while tried[-1][2] > memory_limit and price < MEMORY_FIRST_PRICE:
+            price = min(price * MEMORY_PRICE_STEP, MEMORY_FIRST_PRICE)
+            tried.append(priced(price))
+        fits = tried[-1] if tried[-1][2] <= memory_limit else None
+        if fits is not None and len(tried) > 2:  # between the last that did not fit and the first that did
+            middle = priced((tried[-2][3] * fits[3]) ** 0.5)
+            fits = middle if middle[2] <= memory_limit else fits
     original_held = kept_bytes(result.original)
     outcome = "that fits"
     if fits is None:
