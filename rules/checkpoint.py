@@ -147,20 +147,11 @@ def _transform(view, rule: str, plan) -> int:
     """Every (forward, reverse) pair of loops that fits: the forward loop's copy stacks the
     tapes `plan(forward)` stores and the reverse loop's copy reads their rows, recomputing
     the others; each copy is made once (a copy's region says what it copies)."""
-    snapshot, encoding = view.snapshot, view.encoding
-    loops = {node.args[0]: (cid, node) for cid, members in snapshot.nodes.items()
-             for node in members if node.head == "For"}
+    encoding = view.encoding
+    loops, forwards = _loops_and_forwards(view)
     # a copied region -> (its copy, what the copy stored: tape states of a forward loop)
     copied = {info.copied_from[1]: (region, info.copied_from[2]) for region, info in encoding.regions.items()
               if info.copied_from is not None and info.copied_from[0] == rule}
-    forwards: dict[ClassId, tuple[_Forward, int]] = {}  # a forward loop's final tape -> (the loop, tape state)
-    for region, (cid, node) in loops.items():
-        forward = _forward(view, cid, node)
-        if forward is not None:
-            for k in forward.pushed:
-                tape = snapshot.index.get(ENode("Get", (cid, k)))
-                if tape is not None:
-                    forwards[tape] = (forward, k)
     outputs = view.outputs()
     changed = 0
     for region, (cid, node) in sorted(loops.items()):
@@ -185,6 +176,23 @@ def _transform(view, rule: str, plan) -> int:
         _read_rows(view, rule, cid, node, pops, forward, outputs, walked)
         changed += 1
     return changed
+
+
+def _loops_and_forwards(view):
+    """(loop region -> (its class, its `For` node); a forward loop's final tape -> (the
+    loop as a _Forward, its tape state)) of the snapshot."""
+    snapshot = view.snapshot
+    loops = {node.args[0]: (cid, node) for cid, members in snapshot.nodes.items()
+             for node in members if node.head == "For"}
+    forwards: dict[ClassId, tuple[_Forward, int]] = {}
+    for cid, node in loops.values():
+        forward = _forward(view, cid, node)
+        if forward is not None:
+            for k in forward.pushed:
+                tape = snapshot.index.get(ENode("Get", (cid, k)))
+                if tape is not None:
+                    forwards[tape] = (forward, k)
+    return loops, forwards
 
 
 MAX_RECOMPUTED_OPS = 4  # elementwise ops a recomputed residual may take
@@ -491,22 +499,12 @@ EVERY_K = "checkpoint-every-k-trips"
                                  "residuals, then its adjoint: T/k x S + k x R bytes held instead of T x R, for "
                                  "one more forward pass", late=True, memory=True)
 def checkpoint_every_k_trips(view) -> int:
-    snapshot, encoding = view.snapshot, view.encoding
-    loops = {node.args[0]: (cid, node) for cid, members in snapshot.nodes.items()
-             for node in members if node.head == "For"}
-    made = [(region, info.copied_from) for region, info in encoding.regions.items()
+    loops, forwards = _loops_and_forwards(view)
+    made = [(region, info.copied_from) for region, info in view.encoding.regions.items()
             if info.copied_from is not None and info.copied_from[0] == EVERY_K]
     copied = {of for _, (_, of, _) in made} | {region for region, _ in made}  # copied, and the copies
     # a forward loop's region -> its copy's outer region, whose stacked rows are the checkpoints
     forward_copies = {of: region for region, (_, of, record) in made if record}
-    forwards: dict[ClassId, tuple[_Forward, int]] = {}
-    for region, (cid, node) in loops.items():
-        forward = _forward(view, cid, node)
-        if forward is not None:
-            for k in forward.pushed:
-                tape = snapshot.index.get(ENode("Get", (cid, k)))
-                if tape is not None:
-                    forwards[tape] = (forward, k)
     outputs = view.outputs()
     changed = 0
     for region, (cid, node) in sorted(loops.items()):

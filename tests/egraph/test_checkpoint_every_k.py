@@ -25,19 +25,10 @@ from egad.egraph.schedule import Limits, saturate
 from egad.extract import CostModel, _Extractor, _linear_in_tapes, extract
 from egad.ir.program import walk_bindings
 from egad.rules.checkpoint import EVERY_K
+from tests.ad.test_checkpoint import rnn_loss
 from tests.egraph.test_rules import GATED_SHAPES, SETTINGS, assert_same_results, floats, gated_cell
 
 MEMORY_FIRST = CostModel(held_byte_seconds=1e-3)  # a byte held costs far more than any time here
-
-
-def rnn_loss(W, U, xs, h0):
-    def step(t, carry):
-        h, total = carry
-        h = enp.tanh(xs[t] @ U + h @ W)
-        return h, total + enp.sum(h * h)
-
-    _, total = egad.fori_loop(0, xs.shape[0], step, (h0, enp.zeros((), xs.dtype)))
-    return total
 
 
 def rnn_arguments(T: int, seed: int = 0):
