@@ -110,14 +110,12 @@ class Optimized:
             self.observed_trips += [seen for seen in observed if seen not in self.observed_trips]
             self.timings["observe trips"] = self.timings.get("observe trips", 0.0) + time.perf_counter() - started
             started = time.perf_counter()
-        plan = store_all = None
+        plan = None
         if self.wrt is not None:
             from .ad import checkpoint
 
             plan = checkpoint.plan(program, self.wrt, self.memory_budget, self.has_aux, check_args, self.target)
             self.checkpoint_plans.append(plan)
-            if plan.checkpoints and self.families:  # the e-graph weighs its own policies too (_egraph_policies)
-                store_all = ad.value_and_grad(program, wrt=self.wrt, has_aux=self.has_aux)
             program = ad.value_and_grad(plan.apply(program), wrt=self.wrt, has_aux=self.has_aux)
         self.timings["differentiate"] += time.perf_counter() - started
         original = program
@@ -131,9 +129,10 @@ class Optimized:
                                             check_args=None if runs_here else examples,
                                             memory_limit=_memory_limit(program, plan), trip_guesses=sizes)
             optimization = _within_budget(optimization, original, plan)
-            if store_all is not None:  # its timings: both optimizations'
-                optimization = _egraph_policies(optimization, store_all, plan, self.families, self.target,
-                                                None if runs_here else examples, sizes)
+            # the e-graph weighs checkpointing of its own too, where a family has a rule for it
+            if plan is not None and plan.checkpoints and any(r.memory for f in self.families for r in f.transformers):
+                optimization = _egraph_policies(optimization, plan.store_all, plan, self.families, self.target,
+                                                None if runs_here else examples, sizes)  # timings: both runs'
             for phase, seconds in optimization.timings.items():
                 self.timings[phase] = self.timings.get(phase, 0.0) + seconds
             program = optimization.program

@@ -86,7 +86,6 @@ import dataclasses
 
 from egad.cost_model import nbytes
 from egad.egraph.attrs import attrs_node
-from egad.egraph.encoding import RegionInfo
 from egad.egraph.enode import ClassId, ENode, children
 from egad.ir import ops
 from egad.ir.types import TapeType, TensorType
@@ -632,14 +631,6 @@ def _segment_bounds(view, counter: ENode, segments: _Segments) -> tuple[ENode, E
     return start, ENode("Op2", ("add", no_attrs, start, length))
 
 
-def _nested_region(view, region: int, parent: int) -> int:
-    """A fresh region id for a copy of `region` written inside region `parent`."""
-    regions = view.encoding.regions
-    copy = max(regions) + 1
-    regions[copy] = RegionInfo(regions[region].op, regions[region].names, parent, (EVERY_K, region, ()))
-    return copy
-
-
 def _loop_attrs(view, attrs_class: ClassId, trips: int) -> ENode:
     """A copy's attributes: the copied loop's, with its own trip count."""
     values = {**view.attrs(attrs_class), "trip_dim": trips}
@@ -662,7 +653,7 @@ def _checkpointed_forward(view, forward: _Forward, segments: _Segments, outputs)
     kept = list(segments.kept)
     record = copy_recorder(view)
     outer = copy_region(view, region, (EVERY_K, region, (segments.length,)))
-    inner = _nested_region(view, region, outer)
+    inner = copy_region(view, region, (EVERY_K, region, ()), inside=outer)
     start, stop = _segment_bounds(view, ENode("Arg", (outer, 0)), segments)
     renumbered = {0: 0, **{1 + k: 1 + t for t, k in enumerate(kept)}}
     copies = copy_body(body, lambda index: ENode("Arg", (inner, renumbered[index])), record)
@@ -704,7 +695,7 @@ def _segmented_reverse(view, cid: ClassId, node: ENode, pops, forward: _Forward,
     axis = attrs_node({"axis": 0}, constants)
 
     # segment s of F again, from its checkpoint, stacking what F pushed
-    again = _nested_region(view, f_region, outer)
+    again = copy_region(view, f_region, (EVERY_K, f_region, ()), inside=outer)
     starts, body = rerun
     renumbered = {0: 0, **{1 + k: 1 + t for t, k in enumerate(rerun_states)}}
     copies = copy_body(body, lambda index: ENode("Arg", (again, renumbered[index])), record)
@@ -715,7 +706,7 @@ def _segmented_reverse(view, cid: ClassId, node: ENode, pops, forward: _Forward,
     rows = {k: ENode("Get", (again_loop, len(rerun_states) + t)) for t, k in enumerate(forward.stored)}
 
     # R's trips of segment s, reading the rows of the re-run where R popped
-    inner = _nested_region(view, region, outer)
+    inner = copy_region(view, region, (EVERY_K, region, ()), inside=outer)
     args = {0: ENode("Arg", (inner, 0)), **{1 + k: ENode("Arg", (inner, 1 + j)) for j, k in enumerate(r_kept)}}
     counter = view.snapshot.index.get(ENode("Arg", (region, 0)))
     if counter is not None:  # the counter keeps its name in the seeds (a body may not have read it before)

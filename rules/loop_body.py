@@ -105,13 +105,14 @@ def loop_body(view, region: int, starts, invariant, leaves=frozenset(), as_writt
     return body, reads
 
 
-def copy_region(view, region: int, copied_from: tuple | None = None) -> int:
-    """A fresh region id for a copy of `region`, with its op, names and parent
-    (`copied_from`: what the copying rule records, RegionInfo.copied_from)."""
+def copy_region(view, region: int, copied_from: tuple | None = None, inside: int | None = None) -> int:
+    """A fresh region id for a copy of `region`, with its op, names and parent, or
+    written inside region `inside` instead (`copied_from`: what the copying rule
+    records, RegionInfo.copied_from)."""
     regions = view.encoding.regions
     copy = max(regions) + 1
     info = regions[region]
-    regions[copy] = RegionInfo(info.op, info.names, info.parent, copied_from)
+    regions[copy] = RegionInfo(info.op, info.names, info.parent if inside is None else inside, copied_from)
     return copy
 
 

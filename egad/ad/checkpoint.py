@@ -182,6 +182,9 @@ class CheckpointPlan:
     budget: int | None
     policies: tuple[LoopPolicy, ...]
     note: str = ""
+    # the store-all gradient the plan measured its residuals on (None without a budget):
+    # egad.optimize gives it to the e-graph to checkpoint on its own (api._egraph_policies)
+    store_all: Program | None = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def store_all_bytes(self) -> int:
@@ -515,7 +518,7 @@ def plan(program: Program, wrt=(0,), memory_budget: int | None = None, has_aux: 
                            kind=b.op)
                 for n, (b, residual) in enumerate(zip(loops, _residual_bytes(program, gradient)))]
     if sum(p.bytes for p in policies) <= memory_budget:
-        return CheckpointPlan(memory_budget, tuple(policies))
+        return CheckpointPlan(memory_budget, tuple(policies), store_all=gradient)
     options = [_options(policy, binding, memory_budget, target) for policy, binding in zip(policies, loops)]
     chosen = _cheapest_within(options, memory_budget)
     note = ""
@@ -523,7 +526,7 @@ def plan(program: Program, wrt=(0,), memory_budget: int | None = None, has_aux: 
         chosen = [min(loop_options, key=lambda o: (o.policy.bytes, o.key)) for loop_options in options]
         note = (f"the budget is below what checkpointing these loops reaches "
                 f"({_mb(sum(o.policy.bytes for o in chosen))}): the least-memory plan is used")
-    return CheckpointPlan(memory_budget, tuple(o.policy for o in chosen), note)
+    return CheckpointPlan(memory_budget, tuple(o.policy for o in chosen), note, store_all=gradient)
 
 
 @dataclasses.dataclass(frozen=True)
