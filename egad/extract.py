@@ -342,27 +342,59 @@ class _Candidate:
     total: float
 
 
+class _Shared:
+    """What extractors of one snapshot derive that no price changes, computed once and
+    kept on the snapshot (`Snapshot.derived`; a snapshot never changes): class types,
+    each node's reads, each op's work (per trip-count guesses), and per set of banned
+    nodes the classes' nodes, readable regions and loop nesting. An extraction tries
+    several bans (tapes, copied loops, shared values), and `optimize` under a
+    memory_budget extracts one snapshot at several prices (optimizer._within_memory):
+    rebuilding these each time was a third of that (LSTM T=1024)."""
+
+    def __init__(self, encoding: Encoding, snapshot: Snapshot):
+        self.encoding = encoding
+        self.types = ClassTypes(encoding, snapshot)
+        self.reads: dict[ENode, list[ClassId]] = {}  # node_inputs, memoized
+        self.work: dict[tuple, dict[ENode, Work]] = {}  # trip-count guesses -> node -> its op's Work
+        self.scopes: dict[frozenset, tuple] = {}  # banned -> (nodes, readable, parent, nest_depth)
+
+    @classmethod
+    def of(cls, encoding: Encoding, snapshot: Snapshot) -> "_Shared":
+        shared = snapshot.derived.get(cls)
+        if shared is None or shared.encoding is not encoding:
+            shared = snapshot.derived[cls] = cls(encoding, snapshot)
+        return shared
+
+
 class _Extractor:
     def __init__(self, encoding: Encoding, snapshot: Snapshot, model: CostModel, fixed=None,
-                 banned: frozenset = frozenset(), like: _Extractor | None = None):
+                 banned: frozenset = frozenset()):
         self.encoding = encoding
         self.snapshot = snapshot
         self.model = model
         self.target = model.target
-        # what no ban changes is shared with `like` (see `without`)
-        self.types = like.types if like is not None else ClassTypes(encoding, snapshot)
-        self._work: dict[ENode, Work] = like._work if like is not None else {}
-        self._reads: dict[ENode, list[ClassId]] = like._reads if like is not None else {}  # node_inputs, memoized
-        self.nodes = {cid: [n for n in members if n.head in TERM_HEADS and n in self.types.typed_nodes
-                            and n not in banned]
-                      for cid, members in snapshot.nodes.items() if cid.sort == "Term"}
-        if fixed is not None:  # price one given extraction
-            self.nodes = {cid: [node] for cid, node in fixed.items()}
+        shared = _Shared.of(encoding, snapshot)
+        self.types = shared.types
+        self._reads = shared.reads
+        sizes = (tuple(sorted(model.trip_guesses.items(), key=repr)), model.default_guess)  # what op_work reads
+        self._work: dict[ENode, Work] = shared.work.setdefault(sizes, {})
         # sub-DAGs are keyed by small ints: ClassId hashes in Python, which dominated unions
         self.number = {cid: k for k, cid in enumerate(snapshot.nodes)}
         self.loop_heads = {r: n.head for r, n in self.types.control.items() if n.head in LOOP_HEADS}
-        self.readable = self._readable_regions()
-        self.parent = self._loop_parents()
+        scope = shared.scopes.get(banned) if fixed is None else None
+        if scope is None:
+            if fixed is not None:  # price one given extraction
+                self.nodes = {cid: [node] for cid, node in fixed.items()}
+            else:
+                self.nodes = {cid: [n for n in members if n.head in TERM_HEADS and n in self.types.typed_nodes
+                                    and n not in banned]
+                              for cid, members in snapshot.nodes.items() if cid.sort == "Term"}
+            self.readable = self._readable_regions()
+            self.parent = self._loop_parents()
+            scope = (self.nodes, self.readable, self.parent, self.nest_depth)
+            if fixed is None:
+                shared.scopes[banned] = scope
+        self.nodes, self.readable, self.parent, self.nest_depth = scope
         self.trips = {r: self._trip_guess(r) for r in self.loop_heads}
         self._weights: dict[frozenset, float] = {}
         self._innermost: dict[frozenset, int | None] = {}
@@ -372,10 +404,9 @@ class _Extractor:
         self.queued: set = set()
 
     def without(self, banned: frozenset) -> _Extractor:
-        """A fresh extractor of the same e-graph and model with the `banned` nodes left out.
-        It shares what no ban changes: class types, each op's work, each node's reads
-        (a re-extraction rebuilt them: a third of GNMT-lite's extraction time)."""
-        return _Extractor(self.encoding, self.snapshot, self.model, banned=banned, like=self)
+        """A fresh extractor of the same e-graph and model with the `banned` nodes left out
+        (what no ban changes is shared: `_Shared`)."""
+        return _Extractor(self.encoding, self.snapshot, self.model, banned=banned)
 
     def node_reads(self, node: ENode) -> list[ClassId]:
         reads = self._reads.get(node)

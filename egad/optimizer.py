@@ -168,10 +168,12 @@ def _optimize(program, families, names, target, limits, check_args, memory_limit
             extraction = original  # the extractor is greedy: never choose worse than what was written
             result.predicted_after, result.chosen = result.predicted_before, Counter()
         optimized = decode(encoding, snapshot, extraction, origins)
+        timings["decode"] = time.perf_counter() - started
         if memory_limit is not None:  # the program as written may hold too much itself (a store-all gradient)
+            started = time.perf_counter()
             optimized, extraction = _within_memory(result, encoding, snapshot, origins, model, memory_limit,
                                                    (optimized, extraction))
-        timings["decode"] = time.perf_counter() - started
+            timings["fit memory"] = time.perf_counter() - started
         result.graph = EGraphRecord.of(encoding, snapshot, origins, original, extraction, model)
     except (EgadError, RecursionError, RuntimeError, ValueError, KeyError, TypeError) as error:
         # egglog raises plain exceptions; any failure here is the optimizer's, not the user's

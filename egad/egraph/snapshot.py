@@ -32,6 +32,7 @@ class Snapshot:
         self.tables = tables or {}  # any other table -> its rows, (*inputs, output) with fields decoded
         self.index: dict[ENode, ClassId] = {node: cid for cid, members in nodes.items() for node in members}
         self._classes_of_nodes: dict[ENode, ClassId | None] = {}  # class_of's answers for nodes, memoized
+        self.derived: dict = {}  # what readers derive from it, computed once (extract.py's _Shared)
 
     @classmethod
     def of(cls, egraph: EGraph) -> "Snapshot":
