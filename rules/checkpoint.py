@@ -30,7 +30,8 @@ against each other and against the other families' rewrites:
                             late rule too.
     checkpoint-every-k-trips
                             checkpoint every k trips (k the divisor of a static trip
-                            count T nearest sqrt(T)): the forward loop becomes an outer
+                            count T that holds the fewest bytes, T/k x S + k x R, near
+                            sqrt(T x S / R)): the forward loop becomes an outer
                             loop over T/k segments around a copy of its body, stacking
                             the states a segment starts from (those the pushed values
                             read); the reverse loop becomes an outer loop over the
@@ -550,9 +551,10 @@ MIN_SEGMENTED_TRIPS = 4  # fewer trips leave no segment length k with 1 < k < T
 
 
 def _segmenting(view, forward: _Forward, reverse: ENode) -> _Segments | None:
-    """The segments of a loop pair this rule splits: a static trip count T with a
-    divisor k, 1 < k < T, nearest sqrt(T) (the fewest bytes held: T/k x S + k x R);
-    per-trip outputs (ys) of static shapes. None when it does not fit."""
+    """The segments of a loop pair this rule splits: a static trip count T with the
+    divisor k, 1 < k < T, that holds the fewest bytes, T/k x S + k x R (S: a
+    checkpoint row, R: the residuals a trip pushes; k near sqrt(T x S / R)); per-trip
+    outputs (ys) of static shapes. None when it does not fit."""
     _, _, hi, inits, results, attrs_class = forward.node.args
     trips = view.attrs(attrs_class).get("trip_dim")
     if not isinstance(trips, int) or int_constant(view, hi) != trips or trips < MIN_SEGMENTED_TRIPS:
@@ -563,10 +565,20 @@ def _segmenting(view, forward: _Forward, reverse: ENode) -> _Segments | None:
     divisors = [k for k in range(2, trips) if trips % k == 0]
     if not divisors:
         return None
-    length = min(divisors, key=lambda k: (abs(k - trips ** 0.5), k))
     kept = tuple(k for k in range(len(inits)) if k not in forward.pushed)
     rerun = _states_read(view, forward, kept)
-    return _Segments(trips, length, kept, rerun) if rerun else None
+    if not rerun:
+        return None
+    checkpoint, residuals = _static_bytes(view, [inits[k] for k in rerun]), _static_bytes(view, forward.pushed.values())
+    return _Segments(trips, _segment_length(trips, divisors, checkpoint, residuals), kept, rerun)
+
+
+def _segment_length(trips: int, divisors: list[int], checkpoint: float, residuals: float) -> int:
+    """The divisor k holding the fewest bytes, T/k checkpoint rows and k trips of
+    residuals; of two that hold as many, the longer (fewer outer trips)."""
+    if not (0 < checkpoint < float("inf") and 0 < residuals < float("inf")):
+        checkpoint = residuals = 1.0  # sizes unknown: as if equal, k nearest sqrt(T)
+    return min(divisors, key=lambda k: (trips // k * checkpoint + k * residuals, -k))
 
 
 def _states_read(view, forward: _Forward, kept: tuple[int, ...]) -> tuple[int, ...]:

@@ -2,7 +2,7 @@
 program before and after), and the extraction that weighs it under a memory limit.
 
 A forward/reverse loop pair of T trips becomes, beside the loops as they are, a pair
-split into segments of k trips (k the divisor of T nearest sqrt(T)): the forward loop
+split into segments of k trips (k the divisor of T that holds the fewest bytes): the forward loop
 stacks only the states a segment starts from, the reverse loop re-runs each segment
 from its row, stacking the residuals, then runs its adjoint over them. (a) The
 intended effect: the alternative is made only under a memory limit; it holds fewer
@@ -24,6 +24,7 @@ from egad.egraph import Snapshot, decode, encode
 from egad.egraph.schedule import Limits, saturate
 from egad.extract import CostModel, _Extractor, _linear_in_tapes, extract
 from egad.ir.program import walk_bindings
+from egad.rules import checkpoint as checkpoint_rules
 from egad.rules.checkpoint import EVERY_K
 from tests.ad.test_checkpoint import rnn_loss
 from tests.egraph.test_rules import GATED_SHAPES, SETTINGS, assert_same_results, floats, gated_cell
@@ -72,6 +73,25 @@ def test_an_rnns_loops_are_split_into_segments_of_sqrt_t_trips():
     assert rerun.attrs["trip_dim"] == adjoint.attrs["trip_dim"] == 4 and adjoint.attrs["reverse"]
     assert not {"tape_alloc", "tape_push", "tape_pop"} & {b.op for b in walk_bindings(program.region)}
     assert kept_bytes(program) < kept_bytes(gradient)
+    assert_same_results(egad.interpret(program, *args), egad.interpret(gradient, *args))
+
+
+def test_the_segment_length_holds_the_fewest_bytes_not_merely_sqrt_t(monkeypatch):
+    """An LSTM trip pushes more residual bytes (gates, tanh(c), h, c) than its
+    checkpoint row holds (h, c): segments shorter than sqrt(T) hold less."""
+    T = 64
+    args = tuple(np.random.default_rng(3).normal(size=(T, *shape[1:]) if name == "xs" else shape) * 0.5
+                 for name, shape in GATED_SHAPES.items())
+    gradient = egad.value_and_grad(egad.trace(gated_cell, *args), wrt=tuple(range(1, 11)))
+
+    def segmented():
+        program = every_k_alternative(*saturated(gradient)[::2])
+        forward = next(b for b in program.region.bindings if b.op == "for")
+        return T // forward.attrs["trip_dim"], kept_bytes(program), program
+
+    length, held, program = segmented()
+    monkeypatch.setattr(checkpoint_rules, "_segment_length", lambda trips, divisors, *_: 8)  # sqrt(T)
+    assert length < 8 and held < segmented()[1]
     assert_same_results(egad.interpret(program, *args), egad.interpret(gradient, *args))
 
 
