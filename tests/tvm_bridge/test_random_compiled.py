@@ -1,9 +1,9 @@
 """Random control-flow programs (the generator of tests/ad/test_random_programs.py:
 nested fori/while loops with traced bounds, cond, switch, scan, gathers and row
 writes) compiled with `egad.optimize(..., target="llvm")`, without rewrites
-(`rules=()`) and with the default rule families: the compiled value agrees
-with the interpreter and the compiled gradients with central differences (issue 4,
-"Must show"). Each example is a TVM build (about a second), so the default run draws
+(`rules=()`) and with the default rule families, also under a `memory_budget`: the
+compiled value agrees with the interpreter and the compiled gradients with central
+differences (issue 4, "Must show"). Each example is a TVM build (about a second), so the default run draws
 a few dozen; `make test-slow` draws more."""
 from __future__ import annotations
 
@@ -13,18 +13,26 @@ from hypothesis import HealthCheck, given, note, reject, settings
 from hypothesis import strategies as st
 
 import egad
+from egad.ad import checkpoint
 from tests.ad.gradcheck import NotComparable, assert_gradients_match, scalar_loss
 from tests.ad.test_random_programs import WRT, arguments, build_program, program_descriptions, show_program
 
 
-def _check(description, args, loss_seed, rules=()):
+def _check(description, args, loss_seed, rules=(), budget_fraction=None):
     note(show_program(description))
     loss = scalar_loss(build_program(description), loss_seed)
     primal = egad.trace(loss, *args)
     expected = egad.interpret(primal, *args)
     if not np.isfinite(expected):
         reject()
-    value, grads = egad.optimize(primal, wrt=WRT, target="llvm", rules=rules)(*args)
+    budget = None
+    if budget_fraction is not None:
+        store_all = checkpoint.plan(primal, WRT, 1).store_all_bytes
+        if not store_all:
+            reject()  # no loop tapes anything: no budget to plan
+        budget = max(store_all // budget_fraction, 1)
+        note(f"memory_budget={budget} (store-all tapes {store_all} bytes)")
+    value, grads = egad.optimize(primal, wrt=WRT, target="llvm", rules=rules, memory_budget=budget)(*args)
     np.testing.assert_allclose(value, expected, rtol=1e-9, atol=1e-12)
     try:
         result = assert_gradients_match(loss, args, WRT, primal=primal, grads=grads,
@@ -44,6 +52,17 @@ def test_compiled_gradient_matches_central_differences(description, args, loss_s
 @given(description=program_descriptions(), args=arguments(), loss_seed=st.integers(0, 3))
 def test_optimized_gradient_matches_central_differences(description, args, loss_seed):
     _check(description, args, loss_seed, rules=None)  # the e-graph with every default family
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(description=program_descriptions(), args=arguments(), loss_seed=st.integers(0, 3),
+       budget_fraction=st.sampled_from([2, 3, 8]))
+def test_optimized_gradient_under_a_memory_budget_matches_central_differences(description, args, loss_seed,
+                                                                              budget_fraction):
+    """Under a memory_budget below store-all: the plan's checkpointed program, or the
+    e-graph's own checkpointing of the store-all gradient (rules/checkpoint.py's
+    checkpoint-every-k-trips), whichever `optimize` builds."""
+    _check(description, args, loss_seed, rules=None, budget_fraction=budget_fraction)
 
 
 @pytest.mark.slow
