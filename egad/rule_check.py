@@ -743,7 +743,10 @@ def _check_on_programs(rules_, cases, verdicts: dict, progress) -> None:
     from .egraph import Limits, encode, saturate
     from .rules import Family
 
+    from .rules import all_rules
+
     together = Family("checked on programs", "", list(rules_))
+    by_name = {rule.name: rule for rule in all_rules()}
     for case in cases:
         begun = time.perf_counter()
         fired = {rule.name: 1 for rule in rules_}  # one rule, or a failure below: try each alone
@@ -756,10 +759,16 @@ def _check_on_programs(rules_, cases, verdicts: dict, progress) -> None:
         for rule in rules_:
             verdict = verdicts[rule.name]
             verdict.seconds += share
-            if rule.name not in fired or verdict.counterexample is not None:
+            if verdict.counterexample is not None or (rule.name not in fired and not rule.reads):
                 continue
             begun = time.perf_counter()
-            _check_program(rule, case, verdict)
+            fired_alone = rule.name in fired and _check_program(rule, case, verdict)
+            if not fired_alone and rule.reads and verdict.counterexample is None:
+                # it builds on other rules' rewrites (Rule.reads): checked alone on the program
+                # they rewrite this one into
+                prepared = _prepared(case, [by_name[name] for name in rule.reads if name in by_name])
+                if prepared is not None:
+                    _check_program(rule, prepared, verdict)
             verdict.seconds += time.perf_counter() - begun
     for rule in rules_:
         verdict = verdicts[rule.name]
@@ -769,7 +778,29 @@ def _check_on_programs(rules_, cases, verdicts: dict, progress) -> None:
             progress(f"{rule.name}: {verdict.status} ({len(verdict.programs)} programs)")
 
 
-def _check_program(rule, case, verdict: RuleVerdict) -> None:
+def _prepared(case, others):
+    """`case` with its program rewritten by the rules `others` (their latest terms), or
+    None when that fails or changes nothing: the program a rule that builds on theirs
+    is checked on. The rewritten program is the one compared, before and after."""
+    from .egraph import Limits, Snapshot, decode, encode, extract_latest, saturate
+    from .rules import Family
+
+    encoding = encode(case.program)
+    try:
+        if not saturate(encoding, [Family("prepared by", "", others)], Limits(), memory_limited=True).fired():
+            return None
+        snapshot = Snapshot.of(encoding.egraph)
+        origins = encoding.provenance.resolve(snapshot)
+        program = decode(encoding, snapshot, extract_latest(snapshot, origins, encoding.roots), origins)
+    except Exception:  # noqa: BLE001 - the other rules' own failures are found when each is checked alone
+        return None
+    names = ", ".join(sorted(rule.name for rule in others))
+    return dataclasses.replace(case, name=f"{case.name} after {names}", program=program)
+
+
+def _check_program(rule, case, verdict: RuleVerdict) -> bool:
+    """Whether `rule` alone fired on `case`'s program (a counterexample, or the program
+    added to `verdict.programs`)."""
     from .egraph import Limits, Snapshot, decode, encode, extract_latest, saturate
     from .egraph.analysis import type_conflicts
     from .interp import interpret
@@ -780,16 +811,16 @@ def _check_program(rule, case, verdict: RuleVerdict) -> None:
     except Exception as error:  # noqa: BLE001 - a transformer that raises is reported, not propagated
         verdict.counterexample = Counterexample(rule, f"program {case.name}", [],
                                                 f"the rule raised {type(error).__name__}: {_first_line(error)}")
-        return
+        return True
     if not report.fired():
-        return
+        return False
     snapshot = Snapshot.of(encoding.egraph)
     conflicts = type_conflicts(encoding, snapshot)
     where = f"program {case.name}"
     if conflicts:
         verdict.counterexample = Counterexample(rule, where, [], f"the rule changes a type: {conflicts[0]}",
                                                 case.program)
-        return
+        return True
     origins = encoding.provenance.resolve(snapshot)
     try:
         rewritten = decode(encoding, snapshot, extract_latest(snapshot, origins, encoding.roots), origins)
@@ -797,7 +828,7 @@ def _check_program(rule, case, verdict: RuleVerdict) -> None:
         verdict.counterexample = Counterexample(
             rule, where, [], f"the rewritten program does not decode: {type(error).__name__}: {_first_line(error)}",
             case.program)
-        return
+        return True
     for seed in PROGRAM_SEEDS:
         args = case.make_args(seed)
         problem = _differences(interpret, case.program, rewritten, args, 0.0)
@@ -807,5 +838,6 @@ def _check_program(rule, case, verdict: RuleVerdict) -> None:
         if problem is not None:
             verdict.counterexample = Counterexample(rule, f"{where}, on the arguments its make_args(seed={seed}) "
                                                     "gives", [], problem, case.program, rewritten)
-            return
+            return True
     verdict.programs.append(case.name)
+    return True

@@ -106,7 +106,7 @@ MAX_SCATTERS = 16  # index_adds followed down one chain
     "scatters-into-concat",
     "index_add(...index_add(zeros, r1, g1, axis)..., rk, gk, axis) with rows r1..rk ranges that tile the axis "
     "is concat(g's in row order, axis): one copy instead of k scatters into a zero buffer (the adjoint of a "
-    "cell's gate slices, z[:, :H], ..., z[:, 3H:])")
+    "cell's gate slices, z[:, :H], ..., z[:, 3H:])", reads=("scatter-into-sum",))
 def scatters_into_concat(view) -> int:
     """AD writes the cotangent of each static slice `z[:, a:b]` as a scatter of the
     gate's gradient into zeros (egad/ad/adjoint_math.py `unslice`), and the sum of the

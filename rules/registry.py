@@ -109,6 +109,10 @@ class Rule:
     # a transformer whose alternatives only a memory limit makes worth their cost (they
     # save bytes held, for time): run only when the saturation is told memory is limited
     memory: bool = False
+    # names of rules whose rewrites this transformer matches, so that it fires only after
+    # them (scatters-into-concat reads the chains scatter-into-sum makes): `egad rules
+    # check` checks it on the programs they rewrite (egad/rule_check.py)
+    reads: tuple = ()
 
     @property
     def egglog_rules(self) -> tuple:
@@ -146,14 +150,14 @@ class Family:
         """Register a rule made of `rewrite(...)`/`rule(...)` items, sited at the caller."""
         return self._add(Rule(name, self.name, why, RuleSite.here(name, depth=2), len(_RULES), tuple(items)))
 
-    def transformer(self, name: str, why: str, late: bool = False, memory: bool = False):
+    def transformer(self, name: str, why: str, late: bool = False, memory: bool = False, reads: tuple = ()):
         """Decorator: register a Python transformer `fn(view) -> alternatives added`, sited
         at its def; `late`: run in the schedule's second phase only (Rule.late); `memory`:
-        only under a memory limit (Rule.memory)."""
+        only under a memory limit (Rule.memory); `reads`: the rules it builds on (Rule.reads)."""
         def register(fn):
             code = fn.__code__
             self._add(Rule(name, self.name, why, RuleSite(name, code.co_filename, code.co_firstlineno),
-                           len(_RULES), (), fn, late, memory))
+                           len(_RULES), (), fn, late, memory, tuple(reads)))
             return fn
 
         return register

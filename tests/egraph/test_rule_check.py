@@ -124,6 +124,39 @@ def test_an_unsound_loop_transformer_is_caught(tmp_path):
     assert "differ by" in str(report)
 
 
+def test_a_transformer_that_builds_on_another_rule_is_checked_on_the_programs_it_rewrites(tmp_path):
+    """A chain of scatters exists only once `scatter-into-sum` has rewritten AD's sum of
+    scatters: a transformer declaring `reads=` that rule is checked on what it writes."""
+    path, n = family_file(tmp_path, '''\
+        from egad.egraph.class_types import node_inputs
+
+        def _scatters(view, cid):
+            return [node for node in view.snapshot.nodes[cid] if node.args[:1] == ("index_add",)]
+
+        @MINE.transformer("drop-chained-scatter-{n}", "wrong on purpose: a chained scatter adds nothing",
+                          reads=("scatter-into-sum",))
+        def drop_chained_scatter(view):
+            changed = 0
+            for cid in list(view.snapshot.nodes):
+                for node in _scatters(view, cid):
+                    buffer = node_inputs(node)[0]
+                    if _scatters(view, buffer):
+                        view.union(cid, view.snapshot.nodes[buffer][0])
+                        changed += 1
+                        break
+            return changed
+        ''')
+    from tests.egraph.test_scatters_into_concat import LSTM_SHAPES, lstm_gradient
+
+    _, gradient = lstm_gradient()
+    case = ProgramCase("lstm (gradient)", gradient, lambda seed: tuple(
+        np.random.default_rng(seed).normal(size=shape) for shape in LSTM_SHAPES), "gradient")
+    report = check([path], programs=[case])
+    verdict = report.verdict(f"drop-chained-scatter-{n}")
+    assert not report.sound and verdict.counterexample is not None
+    assert "after scatter-into-sum" in str(verdict.counterexample)
+
+
 def test_a_rule_that_raises_is_reported_not_propagated(tmp_path):
     path, n = family_file(tmp_path, '''\
         @MINE.transformer("broken-{n}", "raises, as a research rule in progress would")
