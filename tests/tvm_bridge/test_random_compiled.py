@@ -3,8 +3,8 @@ nested fori/while loops with traced bounds, cond, switch, scan, gathers and row
 writes) compiled with `egad.optimize(..., target="llvm")`, without rewrites
 (`rules=()`) and with the default rule families, also under a `memory_budget`: the
 compiled value agrees with the interpreter and the compiled gradients with central
-differences (issue 4, "Must show"). Each example is a TVM build (about a second), so the default run draws
-a few dozen; `make test-slow` draws more."""
+differences (issue 4, "Must show"). Each example is a TVM build (about a second), so
+the default run draws a few dozen; `make test-slow` draws more."""
 from __future__ import annotations
 
 import numpy as np
