@@ -96,6 +96,13 @@ MATMULS = {
     "bias + tanh epilogue": (dense_tanh, f32(32, 64), f32(64, 128), f32(128)),
     "float64": (matmul, RNG.standard_normal((20, 30)), RNG.standard_normal((30, 40))),
     "long depth (panels)": (matmul, f32(16, 1536), f32(1536, 64)),
+    # many rows: blocks of A kept in cache (two blocks, four; with panels; after a batch)
+    "row blocks": (matmul, f32(1024, 24), f32(24, 40)),
+    "row blocks, panels, A^T": (matmul_a_transposed, f32(1536, 512), f32(1536, 48)),
+    "two row blocks, panels": (matmul, f32(256, 1024), f32(1024, 32)),
+    "row blocks, bias + tanh epilogue": (dense_tanh, f32(1024, 64), f32(64, 48), f32(48)),
+    "row blocks, panels, epilogue": (dense_tanh, f32(512, 1024), f32(1024, 32), f32(32)),
+    "batched row blocks": (matmul, f32(2, 1024, 16), f32(2, 16, 24)),
     "matrix @ vector": (matmul, f32(30, 40), f32(40)),
     "vector @ matrix": (matmul, f32(40), f32(40, 30)),
 }
@@ -186,6 +193,15 @@ def test_matmul_is_tiled_parallel_and_vectorized():
     (func,) = funcs.values()  # bias + tanh fused into the matmul's function
     assert func.attrs["egad.schedule_rule"] == "matmul-tiled-packed"
     assert {"parallel", "vectorized", "unroll"} <= loop_kinds(func)
+
+
+def test_many_rows_are_cut_into_blocks_that_every_column_tile_reads():
+    """(4096 x 128) @ (128 x 256): blocks of 256 rows (MATMUL_BLOCK_ELEMENTS at depth
+    128), 16 of them, the parallel loop over blocks x column tiles."""
+    (func,) = scheduled_prim_funcs(matmul, f32(4096, 128), f32(128, 256)).values()
+    assert re.search(r"in T\.parallel\(T\.int64\(256\)\)", func.script())  # 16 blocks x 16 column tiles
+    (few_rows,) = scheduled_prim_funcs(matmul, f32(64, 128), f32(128, 256)).values()
+    assert re.search(r"in T\.parallel\(T\.int64\(16\)\)", few_rows.script())  # one block: column tiles
 
 
 def test_transposed_operand_is_read_in_place_by_the_matmul():
