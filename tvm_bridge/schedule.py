@@ -17,8 +17,9 @@ iterator kinds and the buffers they touch), never at the function's name:
   in any operand layout (transposed operands included), with injective producers and
   elementwise epilogues around it. A rows x 2-vector register tile accumulates in a
   local buffer over the depth; B's panel for each column tile is packed once into a
-  contiguous local buffer; parallel over column tiles; the epilogue runs in the tile's
-  write-back.
+  contiguous local buffer; many rows are cut into blocks of A that every column tile
+  reads while they are in cache; parallel over column tiles (or row blocks); the
+  epilogue runs in the tile's write-back.
 - `reduction-parallel-spatial`: other reductions (sum/max/... over some axes) with
   injective blocks around them. Parallel over the spatial part; when the reduction
   runs over an outer axis, the contiguous spatial axis goes innermost, vectorized.
