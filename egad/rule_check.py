@@ -741,9 +741,7 @@ def _check_on_programs(rules_, cases, verdicts: dict, progress) -> None:
     """Each rule alone on every program where it fires (found by one saturation with
     all of them): the decoded program against the original on `PROGRAM_SEEDS`."""
     from .egraph import Limits, encode, saturate
-    from .rules import Family
-
-    from .rules import all_rules
+    from .rules import Family, all_rules
 
     together = Family("checked on programs", "", list(rules_))
     by_name = {rule.name: rule for rule in all_rules()}
