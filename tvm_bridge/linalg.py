@@ -12,6 +12,7 @@ stays `R.einsum`.
 """
 from __future__ import annotations
 
+import tvm
 from tvm import relax, te, tirx
 
 from egad.ir.ops import parse_einsum
@@ -21,7 +22,43 @@ from .registry import lowers
 
 @lowers("matmul")
 def _matmul(bb, args, attrs, binding):
+    transposed = _transposed_source(bb, args[0])
+    if transposed is not None and _same_batch(transposed, args[1]):
+        # A^T @ B, the weight gradient of every dense layer (x.T @ g): one contraction reading
+        # A in place. TVM's FuseTransposeMatmul only folds a transposed right operand, and a
+        # transpose kernel would copy A first (as long as the product itself on 32768 x 256)
+        return bb.emit_te(_transposed_product, transposed, args[1], False, primfunc_name_hint="matmul_tn")
     return relax.op.matmul(args[0], args[1])
+
+
+def _transposed_source(bb, value):
+    """X when `value` is bound to X with its last two axes swapped (both >= 2-D), else None."""
+    if not isinstance(value, relax.Var):
+        return None
+    bound = bb.lookup_binding(value)
+    if not isinstance(bound, relax.Call) or bound.op != tvm.ir.Op.get("relax.permute_dims"):
+        return None
+    source = bound.args[0]
+    ndim = source.ty.ndim if isinstance(source.ty, relax.TensorType) else -1
+    if ndim < 2:
+        return None
+    axes = [int(a) for a in bound.attrs.axes] if bound.attrs.axes is not None else list(range(ndim))[::-1]
+    swapped = list(range(ndim))
+    swapped[-1], swapped[-2] = swapped[-2], swapped[-1]
+    return source if axes == swapped else None
+
+
+def _same_batch(a, b) -> bool:
+    """Both operands of one rank >= 2 with equal static batch dims and one dtype (what
+    `_transposed_product` computes: no broadcasting)."""
+    ta, tb = a.ty, b.ty
+    if not (isinstance(ta, relax.TensorType) and isinstance(tb, relax.TensorType)) or ta.dtype != tb.dtype:
+        return False
+    if ta.ndim != tb.ndim or ta.ndim < 2 or ta.shape is None or tb.shape is None:
+        return False
+    dims = [(x, y) for x, y in zip(ta.shape.values[:-2], tb.shape.values[:-2])] + [(ta.shape.values[-2],
+                                                                                    tb.shape.values[-2])]
+    return all(isinstance(x, tirx.IntImm) and isinstance(y, tirx.IntImm) and int(x) == int(y) for x, y in dims)
 
 
 @lowers("einsum")

@@ -76,6 +76,14 @@ def matmul_b_transposed(a, b):
     return a @ b.T
 
 
+def batched_matmul_a_transposed(a, b):
+    return enp.transpose(a, (0, 2, 1)) @ b
+
+
+def transposed_also_returned(a, b):
+    return a.T @ b, a.T * 2.0
+
+
 def dense_tanh(a, b, bias):
     return enp.tanh(a @ b + bias)
 
@@ -93,6 +101,9 @@ MATMULS = {
     "batch broadcast float64": (matmul, RNG.standard_normal((4, 6, 3)), RNG.standard_normal((3, 4))),
     "A^T @ B": (matmul_a_transposed, f32(64, 40), f32(64, 48)),
     "A @ B^T": (matmul_b_transposed, f32(40, 64), f32(48, 64)),
+    "batched A^T @ B": (batched_matmul_a_transposed, f32(3, 64, 40), f32(3, 64, 48)),
+    "A^T also returned": (transposed_also_returned, f32(64, 40), f32(64, 48)),
+    "A^T @ B, broadcast batch": (batched_matmul_a_transposed, f32(2, 64, 40), f32(64, 48)),
     "bias + tanh epilogue": (dense_tanh, f32(32, 64), f32(64, 128), f32(128)),
     "float64": (matmul, RNG.standard_normal((20, 30)), RNG.standard_normal((30, 40))),
     "long depth (panels)": (matmul, f32(16, 1536), f32(1536, 64)),
@@ -207,6 +218,14 @@ def test_many_rows_are_cut_into_blocks_that_every_column_tile_reads():
 def test_transposed_operand_is_read_in_place_by_the_matmul():
     funcs = scheduled_prim_funcs(matmul_b_transposed, f32(32, 512), f32(1024, 512))
     assert rules_applied(funcs) == {"matmul-tiled-packed"} and len(funcs) == 1
+
+
+def test_a_transposed_left_operand_is_read_in_place_too():
+    """x.T @ g, every dense layer's weight gradient: no transpose kernel before it."""
+    for fn, a, b in ((matmul_a_transposed, f32(512, 64), f32(512, 128)),
+                     (batched_matmul_a_transposed, f32(3, 512, 64), f32(3, 512, 128))):
+        funcs = scheduled_prim_funcs(fn, a, b)
+        assert rules_applied(funcs) == {"matmul-tiled-packed"} and len(funcs) == 1, fn.__name__
 
 
 def sum_then_product(a, b, h, w):
