@@ -49,16 +49,15 @@ def _transposed_source(bb, value):
 
 
 def _same_batch(a, b) -> bool:
-    """Both operands of one rank >= 2 with equal static batch dims and one dtype (what
-    `_transposed_product` computes: no broadcasting)."""
+    """A (*n, k, i) and B (*n, k, j) of one dtype with equal static batch dims n and depth
+    k: what `_transposed_product` computes (it does not broadcast)."""
     ta, tb = a.ty, b.ty
     if not (isinstance(ta, relax.TensorType) and isinstance(tb, relax.TensorType)) or ta.dtype != tb.dtype:
         return False
     if ta.ndim != tb.ndim or ta.ndim < 2 or ta.shape is None or tb.shape is None:
         return False
-    dims = [(x, y) for x, y in zip(ta.shape.values[:-2], tb.shape.values[:-2])] + [(ta.shape.values[-2],
-                                                                                    tb.shape.values[-2])]
-    return all(isinstance(x, tirx.IntImm) and isinstance(y, tirx.IntImm) and int(x) == int(y) for x, y in dims)
+    return all(isinstance(x, tirx.IntImm) and isinstance(y, tirx.IntImm) and int(x) == int(y)
+               for x, y in zip(ta.shape.values[:-1], tb.shape.values[:-1]))
 
 
 @lowers("einsum")
