@@ -345,7 +345,7 @@ class _Candidate:
 class _Shared:
     """What extractors of one snapshot derive that no price changes, computed once and
     kept on the snapshot (`Snapshot.derived`; a snapshot never changes): class types,
-    each node's reads, each op's work (per trip-count guesses), and per set of banned
+    class numbers, each node's reads, each op's work (per trip-count guesses), and per set of banned
     nodes the classes' nodes, readable regions and loop nesting. An extraction tries
     several bans (tapes, copied loops, shared values), and `optimize` under a
     memory_budget extracts one snapshot at several prices (optimizer._within_memory):
@@ -354,6 +354,8 @@ class _Shared:
     def __init__(self, encoding: Encoding, snapshot: Snapshot):
         self.encoding = encoding
         self.types = ClassTypes(encoding, snapshot)
+        # sub-DAGs are keyed by small ints: ClassId hashes in Python, which dominated unions
+        self.number = {cid: k for k, cid in enumerate(snapshot.nodes)}
         self.reads: dict[ENode, list[ClassId]] = {}  # node_inputs, memoized
         self.work: dict[tuple, dict[ENode, Work]] = {}  # trip-count guesses -> node -> its op's Work
         self.scopes: dict[frozenset, tuple] = {}  # banned -> (nodes, readable, parent, nest_depth)
@@ -378,8 +380,7 @@ class _Extractor:
         self._reads = shared.reads
         sizes = (tuple(sorted(model.trip_guesses.items(), key=repr)), model.default_guess)  # what op_work reads
         self._work: dict[ENode, Work] = shared.work.setdefault(sizes, {})
-        # sub-DAGs are keyed by small ints: ClassId hashes in Python, which dominated unions
-        self.number = {cid: k for k, cid in enumerate(snapshot.nodes)}
+        self.number = shared.number
         self.loop_heads = {r: n.head for r, n in self.types.control.items() if n.head in LOOP_HEADS}
         scope = shared.scopes.get(banned) if fixed is None else None
         if scope is None:

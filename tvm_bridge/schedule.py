@@ -310,8 +310,10 @@ def _tile_matmul(sch, block, axes: MatmulAxes, lanes: int) -> MatmulTiles:
         outer_loops = [column_outer]
     outer_loops = ([batch] if batch is not None else []) + outer_loops
     outer = sch.fuse(*outer_loops) if len(outer_loops) > 1 else outer_loops[0]
+    # with depth panels outside them, the column tiles stay a loop of their own, not fused into `outer`
+    inner_columns = column_outer if row_block is not None and panels else None
     # B's panel for one column tile (and depth panel): packed under the inner of the two loops
-    pack_at = column_outer if row_block is not None and panels else (depth_outer or outer)
+    pack_at = inner_columns if inner_columns is not None else (depth_outer or outer)
 
     # Packing needs a static panel (a local buffer cannot have a symbolic size).
     if column_count is not None and depth_count is not None and (row_count is None
@@ -320,8 +322,7 @@ def _tile_matmul(sch, block, axes: MatmulAxes, lanes: int) -> MatmulTiles:
     write_back = None
     if depth_outer is None:
         write_back = _accumulate_locally(sch, block, row_outer, lanes)
-    _parallel_matmul(sch, outer, row_outer, column_count, column_tile, row_count, depth_count,
-                     column_outer if row_block is not None and panels else None)
+    _parallel_matmul(sch, outer, row_outer, column_count, column_tile, row_count, depth_count, inner_columns)
     sch.unroll(row_inner)
     sch.vectorize(column_inner)
     return MatmulTiles(outer, depth_outer if depth_outer is not None else depth_inner, write_back)

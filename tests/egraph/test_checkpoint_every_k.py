@@ -2,11 +2,12 @@
 program before and after), and the extraction that weighs it under a memory limit.
 
 A forward/reverse loop pair of T trips becomes, beside the loops as they are, a pair
-split into segments of k trips (k the divisor of T that holds the fewest bytes): the forward loop
-stacks only the states a segment starts from, the reverse loop re-runs each segment
-from its row, stacking the residuals, then runs its adjoint over them. (a) The
-intended effect: the alternative is made only under a memory limit; it holds fewer
-bytes than storing every residual; an extraction pricing bytes held takes it, the
+split into segments of k trips (k the divisor of T that holds the fewest bytes): the
+forward loop stacks only the states a segment starts from, the reverse loop re-runs
+each segment from its row, stacking the residuals, then runs its adjoint over them.
+(a) The intended effect: the alternative is made only under a memory limit; it holds
+fewer bytes than storing every residual (and than segments of sqrt(T) trips where the
+residuals outweigh the checkpoints); an extraction pricing bytes held takes it, the
 time-only one does not; loops it does not fit are left alone. (b) Semantics on
 Hypothesis inputs (float64, 1e-12): an RNN and a gate-by-gate LSTM through the
 alternative itself.
