@@ -24,7 +24,7 @@ from egad.egraph.enode import ClassId, ENode
 from egad.egraph.language import Attr, Term, op
 from egad.ir.types import TensorType
 
-from .patterns import NUMERIC_DTYPES, concat_node, is_concat, splat
+from .patterns import NUMERIC_DTYPES, concat_node, is_concat, is_zeros, splat
 from .registry import family, rewrite
 
 AD_SIMPLIFY = family("ad_simplify", __doc__)
@@ -148,7 +148,7 @@ def _scatter_pieces(view, node: ENode):
         covered.update(rows)
         parts.append((rows.start, node.args[4]))
         base = view.snapshot.nodes[node.args[2]]
-        if any(_is_zeros(member) for member in base):
+        if any(is_zeros(member) for member in base):
             return (axis, parts) if covered == set(range(result_type.shape[axis])) and len(parts) > 1 else None
         node = next((member for member in base if _is_index_add(member)), None)
         if node is None:
@@ -158,10 +158,6 @@ def _scatter_pieces(view, node: ENode):
 
 def _is_index_add(node: ENode) -> bool:
     return node.head == "Op3" and node.args[0] == "index_add"
-
-
-def _is_zeros(node: ENode) -> bool:
-    return node.head == "Splat" and node.args[1] == 0  # +0.0 or integer 0: all bits clear
 
 
 def _row_range(view, cid: ClassId) -> range | None:

@@ -33,7 +33,14 @@ step a contraction of per-step values: a matmul of rank-2 operands (transposes
 peeled), an einsum, a reduce_sum, under reshapes; an operand that reads no Arg of the
 loop is not stacked, and neither is `take(X, i, axis=0)` of an invariant X at the
 counter of a loop from 0 over all of X's rows: its stacked rows are X (the input
-gradient's `xs[t]`, which AD reads again rather than tapes). Nothing the new loop
+gradient's `xs[t]`, which AD reads again rather than tapes). The step may also be
+scatters of such contractions at constant rows, in range, `index_add(..index_add(Z, r1,
+c1).., rn, cn)` into an all-zero Z, or the update `index_add(..index_add(Arg(acc), r1,
+c1).., rn, cn)` itself: the adjoint of reading rows `b[0]` .. `b[3]` of one bias weight
+(an LSTM's gates), with `scatter-into-sum`. A scatter is linear in its values, so all
+steps' scatters are the same chain of the values' sums, into acc0 after the loop; a
+row that is not a constant (an argument) could be out of range where a loop that runs
+no trip never scatters, so it stays. Nothing the new loop
 computes (the other state, the ys, the stacked operands) may read a batched
 accumulator: an accumulator read elsewhere stays in the loop, and the others are
 checked again. The body holds no control node and no
@@ -47,10 +54,12 @@ from __future__ import annotations
 import dataclasses
 import string
 
+import numpy as np
 from egglog import i64, var, vars_
 
 from egad.egraph.analysis import invariant_in, rank_of
 from egad.egraph.attrs import NO_ATTRS, attrs_node
+from egad.egraph.constants import literal_value
 from egad.egraph.enode import ClassId, ENode
 from egad.egraph.language import Term, op
 from egad.errors import EgadError
@@ -58,7 +67,7 @@ from egad.ir import ops
 from egad.ir.types import TensorType
 
 from .loop_body import copy_body, copy_recorder, copy_region, loop_body
-from .patterns import OP_HEADS, int_constant
+from .patterns import INT_DTYPES, OP_HEADS, int_constant, is_zeros
 from .registry import family, rewrite
 
 BATCHING = family("batching", __doc__)
@@ -88,6 +97,7 @@ BATCHING.rewrites(
 
 _LETTERS = string.ascii_lowercase + string.ascii_uppercase
 MAX_RESHAPES = 4  # reshapes peeled off a step's contribution (AD writes one: the bias gradient's)
+MAX_SCATTERS = 16  # index_adds followed down one chain (an LSTM's bias gradient: one per gate)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,6 +108,25 @@ class _Contraction:
     leaves: tuple[tuple[ClassId, str], ...]
     output: str
     reshape: tuple | None  # the contribution's shape, where the einsum's differs (keepdims, a reshape)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Scatters:
+    """A step's contribution as scatters, `index_add(...index_add(base, r1, c1)..., rn, cn)`
+    at constant rows, each value a contraction, into all zeros or into the accumulator
+    itself: the adjoint of reading rows of a weight (`b[0]`, ..., `b[3]`, an LSTM's
+    gate biases). A scatter is linear in its values, so the sum over all steps is the
+    same chain, into acc0, of each value's sum over the steps."""
+
+    parts: tuple[tuple[ClassId, ClassId, _Contraction], ...]  # (attrs, rows, value), innermost first
+
+    @property
+    def contractions(self) -> list[_Contraction]:
+        return [value for _, _, value in self.parts]
+
+
+def _contractions(plan) -> list[_Contraction]:
+    return plan.contractions if isinstance(plan, _Scatters) else [plan]
 
 
 @BATCHING.transformer("batch-weight-gradient",
@@ -146,15 +175,21 @@ def _batch(view, loop: ENode, gets: dict[int, ClassId]) -> bool:
             step_type = types.get(step)
             if step == acc or not isinstance(step_type, TensorType) or step_type.dtype != acc_type.dtype:
                 continue
-            plan = _contraction(view, step, invariant)
+            plan = _contraction(view, step, invariant) or _scatters(view, step, invariant, is_zeros)
             if plan is not None:
                 plans[k] = (plan, first == acc)
                 break
+        else:  # `acc' = index_add(...index_add(acc, r1, c1)..., rn, cn)` (`scatter-into-sum` writes it)
+            plan = _scatters(view, results[k], invariant, lambda node: node == ENode("Arg", (region, 1 + k)))
+            if plan is not None:
+                plans[k] = (plan, True)
     # a sum of one per-step value (a bias gradient, a running loss) is cheap in the loop;
     # batching it pays only when that value is stacked for a product anyway
-    stacked_for_products = {leaf for plan, _ in plans.values() if len(plan.leaves) > 1 for leaf, _ in plan.leaves}
+    stacked_for_products = {leaf for plan, _ in plans.values() for part in _contractions(plan)
+                            if len(part.leaves) > 1 for leaf, _ in part.leaves}
     plans = {k: (plan, first) for k, (plan, first) in plans.items()
-             if len(plan.leaves) > 1 or all(leaf in stacked_for_products for leaf, _ in plan.leaves)}
+             if all(len(part.leaves) > 1 or all(leaf in stacked_for_products for leaf, _ in part.leaves)
+                    for part in _contractions(plan))}
     # the new loop computes everything but the batched accumulators and outputs (a batched
     # output reads only the stacked leaves): none of it may read a batched accumulator
     ys = list(results[n_state:])
@@ -204,7 +239,9 @@ def _batch(view, loop: ENode, gets: dict[int, ClassId]) -> bool:
         elif k not in plans:
             view.union(get, outputs[kept.index(k)])
     for k, (plan, acc_first) in sorted(plans.items()):
-        if k in gets:  # an accumulator nothing reads is just dropped
+        if k in gets and isinstance(plan, _Scatters):
+            view.union(gets[k], _scattered(view, plan, rows, invariant, inits[k]))
+        elif k in gets:  # an accumulator nothing reads is just dropped
             total = _batched(view, plan, rows, invariant)
             view.union(gets[k], ENode("Op2", ("add", NO_ATTRS, *((inits[k], total) if acc_first else
                                                                   (total, inits[k])))))
@@ -287,7 +324,8 @@ def _stacked(plans, invariant) -> list[ClassId]:
     """The per-step leaves of the contractions, each once: the new loop's extra ys."""
     leaves: dict[ClassId, None] = {}
     for plan, _ in plans.values():
-        leaves.update((leaf, None) for leaf, _ in plan.leaves if leaf not in invariant)
+        for part in _contractions(plan):
+            leaves.update((leaf, None) for leaf, _ in part.leaves if leaf not in invariant)
     return list(leaves)
 
 
@@ -353,6 +391,40 @@ def _contraction(view, cid: ClassId, invariant, reshapes: int = 0) -> _Contracti
     return None
 
 
+def _scatters(view, cid: ClassId, invariant, is_base) -> _Scatters | None:
+    """`cid` as a chain of at most `MAX_SCATTERS` index_adds at constant rows, in range,
+    of contractions, down to a class holding a node `is_base` accepts."""
+    parts = []
+    for _ in range(MAX_SCATTERS):
+        node = next((n for n in view.snapshot.nodes[cid] if n.head == "Op3" and n.args[0] == "index_add"), None)
+        if node is None:
+            return None
+        attrs, base, rows, values = node.args[1:]
+        value = _contraction(view, values, invariant)
+        if value is None or not _rows_in_range(view, rows, view.types.get(base), view.attrs(attrs).get("axis")):
+            return None
+        parts.append((attrs, rows, value))
+        if any(is_base(member) for member in view.snapshot.nodes[base]):
+            return _Scatters(tuple(reversed(parts)))
+        cid = base
+    return None
+
+
+def _rows_in_range(view, cid: ClassId, buffer, axis) -> bool:
+    """`cid` a constant integer index whose rows all lie within the buffer's axis: a
+    scatter after the loop raises only where the loop's own scatters would."""
+    if not isinstance(buffer, TensorType) or not isinstance(axis, int) or not -buffer.ndim <= axis < buffer.ndim \
+            or not isinstance(buffer.shape[axis], int):
+        return False
+    index_type = view.types.get(cid)
+    for node in view.snapshot.nodes[cid]:
+        if node.head in ("Scalar", "Array", "Splat") and isinstance(index_type, TensorType) \
+                and index_type.is_static and index_type.dtype in INT_DTYPES:
+            rows = literal_value(node.head, node.args, view.encoding.constants, index_type.shape)
+            return bool(np.all((rows >= 0) & (rows < buffer.shape[axis])))
+    return False
+
+
 def _peel_transpose(view, cid: ClassId, term: str) -> tuple[ClassId, str]:
     """(x, "ki") for a class holding transpose(x) of a rank-2 x, else (cid, term)."""
     for node in view.snapshot.nodes[cid]:
@@ -374,4 +446,12 @@ def _batched(view, plan: _Contraction, rows: dict[ClassId, ENode], invariant, ke
         ENode("OpN", ("einsum", attrs, tuple(operands)))
     if plan.reshape is not None:
         total = ENode("Op1", ("reshape", attrs_node({"shape": plan.reshape}, view.encoding.constants), total))
+    return total
+
+
+def _scattered(view, plan: _Scatters, rows: dict[ClassId, ENode], invariant, acc0: ClassId) -> ENode:
+    """acc0 with each part's sum over all steps scattered into it, in the loop's order."""
+    total = acc0
+    for attrs, index, value in plan.parts:
+        total = ENode("Op3", ("index_add", attrs, total, index, _batched(view, value, rows, invariant)))
     return total

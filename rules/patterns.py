@@ -46,6 +46,11 @@ def int_constant(view, cid: ClassId) -> int | None:
     return None
 
 
+def is_zeros(node: ENode) -> bool:
+    """An all-zero constant (+0.0 or integer 0: all bits clear)."""
+    return node.head == "Splat" and node.args[1] == 0
+
+
 OP_HEADS = {1: "Op1", 2: "Op2", 3: "Op3"}  # op nodes by operand count; more operands: "OpN" over a Vec
 
 

@@ -26,6 +26,7 @@ import egad.numpy as enp
 from egad.cost_model import TARGETS
 from egad.egraph import Snapshot, decode, encode
 from egad.egraph.schedule import saturate
+from egad.frontend.primitives import to_tracer
 from egad.extract import CostModel, _Extractor, _tape_read_twice, extract, predicted_cost
 from tests.ad.gradcheck import scalar_loss
 from tests.egraph.test_rules import (GATED_SHAPES, LSTM, SCAN_SHAPES, SETTINGS, Optimized, assert_same_results,
@@ -124,6 +125,45 @@ def test_lstm_weight_and_bias_gradients_leave_the_reverse_loop():
     specs = sorted(b.attrs["spec"] for b in program.region.bindings if b.op == "einsum")
     # db: the per-step sum over the batch, batched; dxs: the stacked dz_t @ Wx.T, one product after the loop
     assert specs == ["tab->b", "tik,jk->tij", "tki,tkj->ij", "tki,tkj->ij"]
+    assert_same_results(egad.interpret(program, *args), egad.interpret(gradient, *args))
+
+
+def gated_cell_with_biases(xs, Wi, Wf, Wg, Wo, Ui, Uf, Ug, Uo, b, h0, c0):
+    """An LSTM gate by gate whose biases are the rows of one (4, H) weight, `b[0]` ..
+    `b[3]` (benchmarks/lstm_lm.py): the adjoint of each row read is a scatter into zeros."""
+    def step(t, carry):
+        h, c = carry
+        x = xs[t]
+        i = egad.nn.sigmoid(x @ Wi + h @ Ui + b[0])
+        f = egad.nn.sigmoid(x @ Wf + h @ Uf + b[1])
+        g = enp.tanh(x @ Wg + h @ Ug + b[2])
+        o = egad.nn.sigmoid(x @ Wo + h @ Uo + b[3])
+        c = f * c + i * g
+        return o * enp.tanh(c), c
+
+    h, _ = egad.fori_loop(0, xs.shape[0], step, (h0, c0))
+    return enp.sum(h * h)
+
+
+BIASED_SHAPES = dict(xs=(5, 2, 3), **{f"W{k}": (3, 4) for k in "ifgo"}, **{f"U{k}": (4, 4) for k in "ifgo"},
+                     b=(4, 4), h0=(2, 4), c0=(2, 4))
+
+
+def test_a_bias_gradient_scattered_into_rows_leaves_the_reverse_loop():
+    """db' = db + index_add(..index_add(zeros, 0, sum(dz_i))..., 3, sum(dz_o)) per step (after
+    `scatter-into-sum`, a chain of scatters into db) becomes four sums over the stacked
+    dz's scattered into db0 after the loop: the dz's are stacked for dU anyway."""
+    args = tuple(np.random.default_rng(4).normal(size=shape) for shape in BIASED_SHAPES.values())
+    gradient = egad.value_and_grad(egad.trace(gated_cell_with_biases, *args), wrt=tuple(range(1, 10)))
+    program, _ = cost_extracted(gradient, families=("batching", "ad_simplify"))
+    body = [b.op for b in reverse_loop(program).regions[0].bindings]
+    assert "index_add" not in body and "reduce_sum" not in body
+    # the carried dh, dc and the tapes only: the eight weight gradients and db left
+    assert reverse_loop(gradient).attrs["n_state"] - reverse_loop(program).attrs["n_state"] == 9
+    after = [b.op for b in program.region.bindings]
+    assert after.count("index_add") == 4
+    assert sorted(b.attrs["spec"] for b in program.region.bindings if b.op == "einsum") == \
+        ["tab->b"] * 4 + ["tki,tkj->ij"] * 8
     assert_same_results(egad.interpret(program, *args), egad.interpret(gradient, *args))
 
 
@@ -248,6 +288,36 @@ def test_several_accumulators_of_different_forms_keep_results(args):
     _, latest, _ = optimized("accumulators", None)
     specs = sorted(b.attrs["spec"] for b in latest.program.region.bindings if b.op == "einsum")
     assert specs == sorted(["tki,tkj->ij", "tbi,tbj->ij", "tik,kj->ij"])  # W is read as it is
+
+
+def scattered(xs, W, h0, A0, B0, C0, E0, k):
+    """Accumulators of per-step sums scattered into rows: B through a zero buffer at
+    constant rows, C straight into itself (both leave: h is stacked for A's product
+    anyway), E at the row `k`, an argument (not a constant: a scatter after the loop
+    could fail where a loop that runs no trip does not, so E stays)."""
+    def step(t, carry):
+        h, A, B, C, E = carry
+        x = xs[t]
+        h = enp.tanh(x @ W + h)
+        total = enp.sum(h, axis=0)
+        A = A + enp.transpose(x) @ h
+        B = B + to_tracer(np.zeros(B.shape)).at[0].add(total).at[2].add(total)
+        C = C.at[1].add(total)
+        E = E.at[k].add(total)
+        return h, A, B, C, E
+
+    return egad.fori_loop(0, xs.shape[0], step, (h0, A0, B0, C0, E0))
+
+
+SCATTERED_SHAPES = dict(xs=(4, 2, 3), W=(3, 5), h0=(2, 5), A0=(3, 5), B0=(3, 5), C0=(3, 5), E0=(3, 5))
+
+
+@SETTINGS
+@given(args=st.fixed_dictionaries({name: floats(*shape) for name, shape in SCATTERED_SHAPES.items()}),
+       k=st.integers(0, 2))
+def test_accumulators_of_scattered_sums_keep_results(args, k):
+    args = (*(args[name] for name in SCATTERED_SHAPES), np.int64(k))
+    check("scattered", lambda: egad.trace(scattered, *args), args, batched=3)  # A, B, C; E stays
 
 
 def feedback(xs, W, h0, A0):
