@@ -49,15 +49,20 @@ def _transposed_source(bb, value):
 
 
 def _same_batch(a, b) -> bool:
-    """A (*n, k, i) and B (*n, k, j) of one dtype with equal static batch dims n and depth
-    k: what `_transposed_product` computes (it does not broadcast)."""
+    """A (*n, k, i) and B (*m, k, j) of one dtype whose depths k are equal and whose batch
+    dims, aligned from the right, are equal where both have them (static or the same
+    symbol): what `_transposed_product` computes, the operand with fewer batch dims
+    broadcast over the other's. A batch dim of 1 against another size stays with
+    `R.matmul`, which broadcasts it."""
     ta, tb = a.ty, b.ty
     if not (isinstance(ta, relax.TensorType) and isinstance(tb, relax.TensorType)) or ta.dtype != tb.dtype:
         return False
-    if ta.ndim != tb.ndim or ta.ndim < 2 or ta.shape is None or tb.shape is None:
+    if ta.ndim < 2 or tb.ndim < 2 or ta.shape is None or tb.shape is None:
         return False
-    return all(isinstance(x, tirx.IntImm) and isinstance(y, tirx.IntImm) and int(x) == int(y)
-               for x, y in zip(ta.shape.values[:-1], tb.shape.values[:-1]))
+    analyzer = tvm.sym.Analyzer()
+    shared = min(ta.ndim, tb.ndim) - 1  # the depth and the batch dims both have
+    return all(analyzer.can_prove_equal(x, y)
+               for x, y in zip(ta.shape.values[-2::-1][:shared], tb.shape.values[-2::-1][:shared]))
 
 
 @lowers("einsum")
@@ -131,13 +136,17 @@ def _einsum_as_matmul(bb, args, terms, output, types):
 
 def _transposed_product(a, b, b_transposed: bool):
     """C[*n, i, j] = sum_k A[*n, k, i] * B[*n, k, j] (B[*n, j, k] when b_transposed): a
-    contraction egad's matmul schedule recognises in any operand layout."""
+    contraction egad's matmul schedule recognises in any operand layout. The operand
+    with fewer batch dims is broadcast over the other's (their shared ones are equal:
+    `_same_batch`)."""
     depth = te.reduce_axis((0, a.shape[-2]), name="k")
     columns = b.shape[-2] if b_transposed else b.shape[-1]
+    batch = max(a.shape[:-2], b.shape[:-2], key=len)
 
     def element(*index):
         *n, i, j = index
-        right = b[(*n, j, depth)] if b_transposed else b[(*n, depth, j)]
-        return te.sum(a[(*n, depth, i)] * right, axis=depth)
+        n_a, n_b = n[len(n) - (len(a.shape) - 2):], n[len(n) - (len(b.shape) - 2):]
+        right = b[(*n_b, j, depth)] if b_transposed else b[(*n_b, depth, j)]
+        return te.sum(a[(*n_a, depth, i)] * right, axis=depth)
 
-    return te.compute((*a.shape[:-2], a.shape[-1], columns), element, name="matmul_tn")
+    return te.compute((*batch, a.shape[-1], columns), element, name="matmul_tn")

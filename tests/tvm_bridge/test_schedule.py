@@ -104,6 +104,8 @@ MATMULS = {
     "batched A^T @ B": (batched_matmul_a_transposed, f32(3, 64, 40), f32(3, 64, 48)),
     "A^T also returned": (transposed_also_returned, f32(64, 40), f32(64, 48)),
     "A^T @ B, broadcast batch": (batched_matmul_a_transposed, f32(2, 64, 40), f32(64, 48)),
+    "A^T @ batched B": (matmul_a_transposed, f32(64, 40), f32(2, 64, 48)),
+    "A^T @ B, batch of one against two": (batched_matmul_a_transposed, f32(1, 64, 40), f32(2, 64, 48)),
     "bias + tanh epilogue": (dense_tanh, f32(32, 64), f32(64, 128), f32(128)),
     "float64": (matmul, RNG.standard_normal((20, 30)), RNG.standard_normal((30, 40))),
     "long depth (panels)": (matmul, f32(16, 1536), f32(1536, 64)),
@@ -226,6 +228,30 @@ def test_a_transposed_left_operand_is_read_in_place_too():
                      (batched_matmul_a_transposed, f32(3, 512, 64), f32(3, 512, 128))):
         funcs = scheduled_prim_funcs(fn, a, b)
         assert rules_applied(funcs) == {"matmul-tiled-packed"} and len(funcs) == 1, fn.__name__
+
+
+def test_a_transposed_left_operand_with_broadcast_or_symbolic_batch_is_read_in_place():
+    """The operand with fewer batch dims is broadcast over the other's, and a symbolic
+    batch or depth (a trip count) compares by its symbol: still one contraction."""
+    cases = [(batched_matmul_a_transposed, [f32(2, 64, 40), f32(64, 48)]),
+             (matmul_a_transposed, [f32(64, 40), f32(2, 64, 48)]),
+             (batched_matmul_a_transposed, [egad.Spec(("T", 64, 40), "float32"), egad.Spec(("T", 64, 48), "float32")]),
+             (matmul_a_transposed, [egad.Spec(("T", 40), "float32"), egad.Spec(("T", 48), "float32")])]
+    for fn, args in cases:
+        funcs = scheduled_prim_funcs(fn, *args)
+        kernels = [name for name in funcs if name != "shape_func"]  # symbolic shapes: a shape function too
+        assert rules_applied(funcs) == {"matmul-tiled-packed"} and kernels == ["matmul_tn"], (fn.__name__, args)
+    # a batch of one against two: R.matmul broadcasts it, after a transpose kernel
+    funcs = scheduled_prim_funcs(batched_matmul_a_transposed, f32(1, 64, 40), f32(2, 64, 48))
+    assert "matmul_tn" not in funcs and any("transpose" in name for name in funcs)
+
+
+@pytest.mark.parametrize("rows", [1, 9, 40])
+def test_a_transposed_left_operand_with_symbolic_depth_matches_interpreter(rows):
+    specs = [egad.Spec(("T", 5), "float32"), egad.Spec(("T", 3), "float32")]
+    check_against_interpreter(matmul_a_transposed, specs=specs, calls=[(f32(rows, 5), f32(rows, 3))])
+    specs = [egad.Spec(("T", 4, 5), "float32"), egad.Spec(("T", 4, 3), "float32")]
+    check_against_interpreter(batched_matmul_a_transposed, specs=specs, calls=[(f32(rows, 4, 5), f32(rows, 4, 3))])
 
 
 def sum_then_product(a, b, h, w):
