@@ -76,9 +76,10 @@ _ALIGNMENT = 64  # TVM kernels assume 64-byte aligned buffers; others are copied
 class _Leaves:
     """A call's argument leaves on their way to the VM without needless copies.
 
-    TVM tensors already on the device pass through; numpy arrays that are 64-byte
-    aligned are shared through DLPack (the VM only reads its arguments); others are
-    copied into an aligned staging buffer and shared from there. Other DLPack arrays
+    TVM tensors already on the device pass through (a view re-based at its offset, or
+    copied where kernels could not read it: `_as_kernel_argument`); numpy arrays that
+    are 64-byte aligned are shared through DLPack (the VM only reads its arguments);
+    others are copied into an aligned staging buffer and shared from there. Other DLPack arrays
     (torch, cupy, jax) are read through numpy: zero-copy for CPU memory, a copy from
     device memory. `for_checking` holds what `_flatten_arguments` checks: for a TVM
     tensor, a memory-free numpy stand-in of its shape and dtype."""
@@ -103,8 +104,10 @@ class _Leaves:
     def tensor(self, k: int, value: np.ndarray, device):
         passed = self.passed[k] if k < len(self.passed) else None
         if passed is not None:
-            if str(passed.dtype) == str(value.dtype) and passed.device == device:
-                return passed
+            ready = _as_kernel_argument(passed, device) if str(passed.dtype) == str(value.dtype) \
+                and passed.device == device else None
+            if ready is not None:
+                return ready
             value = np.asarray(passed.numpy(), dtype=value.dtype)
         value = np.asarray(value, order="C")
         if not (_on_cpu(device) and value.size):  # device memory, or an empty array (unaligned pointer)
@@ -131,6 +134,24 @@ class _Staging(threading.local):
             buffer = self.buffers[key] = raw[start:start + value.nbytes].view(value.dtype).reshape(value.shape)
         np.copyto(buffer, value)
         return buffer
+
+
+_ENSURE_ZERO_OFFSET = tvm.get_global_func("vm.builtin.ensure_zero_offset")
+
+
+def _as_kernel_argument(tensor, device):
+    """A TVM tensor as kernels can read it without a copy, or None. Kernels read from the
+    data pointer alone (their argument checks are off: KERNEL_ARGUMENT_CHECKS), so a
+    view with a byte offset (`Tensor._create_view`, Relax's `memory.view`) is re-based
+    first, and it must be compact and, on the CPU or once re-based, 64-byte aligned (a
+    row of a table need not be): read from its first row, or misaligned for the
+    kernels' vector loads, it would be a wrong answer or a crash."""
+    ready = _ENSURE_ZERO_OFFSET(tensor)
+    if not ready.is_contiguous():
+        return None
+    if (_on_cpu(device) or not ready.same_as(tensor)) and ready.data_ptr() % _ALIGNMENT:
+        return None
+    return ready
 
 
 def _on_cpu(device) -> bool:

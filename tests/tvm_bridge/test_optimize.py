@@ -189,6 +189,24 @@ def test_arguments_and_results_are_never_aliased_wrongly():
     np.testing.assert_array_equal(compiled(x, 2.0, y)[1], np.arange(16.0))
 
 
+def test_tvm_tensor_views_are_read_from_their_offset():
+    """A TVM tensor that is a view into a larger one (a byte offset, maybe not 64-byte
+    aligned) is read where it points, as the interpreter reads it: re-based, or copied
+    when misaligned; never read from the start of its storage."""
+    import tvm
+
+    program = egad.trace(lambda x, y: x * 2.0 + y, np.zeros(16, np.float32), np.zeros((2, 16), np.float32))
+    compiled = egad.optimize(program, wrt=None)
+    table = tvm.runtime.tensor(np.arange(64 * 16, dtype=np.float32).reshape(64, 16))
+    pairs = tvm.runtime.tensor(np.arange(64 * 16, dtype=np.float32).reshape(32, 2, 16))
+    for offset in (5 * 64, 5 * 64 + 4, 7 * 64 + 16):  # 64-byte aligned rows, and two that are not
+        x = table._create_view((16,), "float32", offset)
+        y = pairs._create_view((2, 16), "float32", offset)
+        want = egad.interpret(program, x, y)
+        np.testing.assert_array_equal(want, np.from_dlpack(x) * 2.0 + np.from_dlpack(y))
+        np.testing.assert_array_equal(compiled(x, y), want)
+
+
 def test_a_compiled_while_loop_stops_at_max_iters():
     from ..ad.test_tapes import bounded_growth
 
