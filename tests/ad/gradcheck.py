@@ -280,6 +280,35 @@ def run_with_fingerprint(program: egad.Program, args: Sequence) -> tuple[Any, st
     return out, digest.hexdigest()
 
 
+_COMPARISONS = ("gt", "ge", "lt", "le", "eq", "ne")
+
+
+def decision_margin(program: egad.Program, args: Sequence) -> float:
+    """The smallest gap |a - b| / max(|a|, |b|, 1) of any float comparison one
+    interpreted run makes (inf when it makes none). A gap within rounding (a sum of
+    centered values, exactly 0 in real arithmetic, compared with 0) means the branch is
+    decided by the order of float operations: a compiled program may sum in another
+    order and go the other way, and neither result is wrong."""
+    original = _interp._run_op
+    smallest = [np.inf]
+
+    def run_op(binding, inputs):
+        outputs = original(binding, inputs)
+        if binding.op in _COMPARISONS and inputs and np.asarray(inputs[0]).dtype.kind == "f":
+            a, b = (np.asarray(x, np.float64) for x in inputs[:2])
+            gap = np.abs(a - b) / np.maximum(np.maximum(np.abs(a), np.abs(b)), 1.0)
+            if gap.size:
+                smallest[0] = min(smallest[0], float(np.min(gap)))
+        return outputs
+
+    _interp._run_op = run_op
+    try:
+        egad.interpret(program, *args)
+    finally:
+        _interp._run_op = original
+    return smallest[0]
+
+
 def path_fingerprint(program: egad.Program, args: Sequence) -> str:
     """A digest of every control decision and kink selection of one interpreted run."""
     return run_with_fingerprint(program, args)[1]

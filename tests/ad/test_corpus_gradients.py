@@ -22,8 +22,8 @@ from egad.pytree import flatten
 from tests.programs import all_programs
 
 from .gradcheck import (
-    NotComparable, assert_gradients_match, central_difference, path_fingerprint, same_control_path, scalar_loss,
-    to_float64,
+    NotComparable, assert_gradients_match, central_difference, decision_margin, path_fingerprint, same_control_path,
+    scalar_loss, to_float64,
 )
 
 DIFFERENTIABLE = [p for p in all_programs() if p.differentiable_argnums]
@@ -89,6 +89,20 @@ def test_fingerprint_sees_a_branch_flip_a_trip_count_and_a_kink():
         away = at + np.array([0.3, 0.1])
         assert same_control_path(program, (away + smooth_step,), (away - smooth_step,)), fn.__name__
         assert path_fingerprint(program, (away + flip_step,)) == path_fingerprint(program, (away,))
+
+
+def test_decision_margin_finds_a_comparison_decided_by_rounding():
+    """sum(x - mean(x)) > 0 is a tie in real arithmetic: its gap is rounding noise."""
+    def centered(x):
+        return egad.cond(enp.sum(x - enp.mean(x)) > 0, lambda v: v * 2.0, lambda v: -v, x)
+
+    def plain(x):
+        return egad.cond(enp.sum(x) > 0, lambda v: v * 2.0, lambda v: -v, x)
+
+    x = np.array([0.3, -0.7, 0.123456789])
+    assert decision_margin(egad.trace(centered, x), (x,)) < 1e-15
+    assert decision_margin(egad.trace(plain, x), (x,)) == pytest.approx(abs(x.sum()))
+    assert decision_margin(egad.trace(lambda v: v * 2.0, x), (x,)) == np.inf
 
 
 # --- the corpus --------------------------------------------------------------------------

@@ -14,8 +14,14 @@ from hypothesis import strategies as st
 
 import egad
 from egad.ad import checkpoint
-from tests.ad.gradcheck import NotComparable, assert_gradients_match, scalar_loss
+from tests.ad.gradcheck import NotComparable, assert_gradients_match, decision_margin, scalar_loss
 from tests.ad.test_random_programs import WRT, arguments, build_program, program_descriptions, show_program
+
+
+# A comparison closer than this (relative) is a tie that float rounding decides
+# (measured: sum(a * tanh(centered pair)) > 0 read -8.6e-17 in the interpreter, and the
+# compiled program took the other branch).
+ROUNDING_TIE = 1e-12
 
 
 def _check(description, args, loss_seed, rules=(), budget_fraction=None):
@@ -23,8 +29,8 @@ def _check(description, args, loss_seed, rules=(), budget_fraction=None):
     loss = scalar_loss(build_program(description), loss_seed)
     primal = egad.trace(loss, *args)
     expected = egad.interpret(primal, *args)
-    if not np.isfinite(expected):
-        reject()
+    if not np.isfinite(expected) or decision_margin(primal, args) < ROUNDING_TIE:
+        reject()  # a branch decided by rounding: compiled code may sum in another order and take the other
     budget = None
     if budget_fraction is not None:
         store_all = checkpoint.plan(primal, WRT, 1).store_all_bytes
