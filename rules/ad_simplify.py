@@ -19,12 +19,11 @@ import numpy as np
 from egglog import eq, i64, var, vars_
 
 from egad.egraph.analysis import rank_of, shape_of
-from egad.egraph.constants import literal_value
 from egad.egraph.enode import ClassId, ENode
 from egad.egraph.language import Attr, Term, op
 from egad.ir.types import TensorType
 
-from .patterns import NUMERIC_DTYPES, concat_node, is_concat, is_zeros, splat
+from .patterns import NUMERIC_DTYPES, concat_node, constant_integers, is_concat, is_index_add, is_zeros, splat
 from .registry import family, rewrite
 
 AD_SIMPLIFY = family("ad_simplify", __doc__)
@@ -134,7 +133,7 @@ def scatters_into_concat(view) -> int:
 def _scatter_pieces(view, node: ENode):
     """(axis, [(first row, values)]) when `node` is a chain of index_adds along one axis
     into an all-zero buffer whose rows are ranges, step 1, that cover the axis exactly once."""
-    if not _is_index_add(node):
+    if not is_index_add(node):
         return None
     axis = view.attrs(node.args[1]).get("axis")
     result_type = view.types.get(node.args[2])
@@ -150,26 +149,17 @@ def _scatter_pieces(view, node: ENode):
         base = view.snapshot.nodes[node.args[2]]
         if any(is_zeros(member) for member in base):
             return (axis, parts) if covered == set(range(result_type.shape[axis])) and len(parts) > 1 else None
-        node = next((member for member in base if _is_index_add(member)), None)
+        node = next((member for member in base if is_index_add(member)), None)
         if node is None:
             return None
     return None
 
 
-def _is_index_add(node: ENode) -> bool:
-    return node.head == "Op3" and node.args[0] == "index_add"
-
-
 def _row_range(view, cid: ClassId) -> range | None:
     """The rows of a constant rank-1 integer index that counts up by one, as a range (a
     one-row index is encoded as a `Splat`)."""
-    index_type = view.types.get(cid)
-    for node in view.snapshot.nodes[cid]:
-        if node.head not in ("Array", "Splat") or not isinstance(index_type, TensorType) \
-                or not all(isinstance(d, int) for d in index_type.shape):
-            continue
-        rows = literal_value(node.head, node.args, view.encoding.constants, index_type.shape)
-        if rows.ndim == 1 and rows.size and rows.dtype.kind in "iu" and rows[0] >= 0 \
-                and np.array_equal(rows, np.arange(rows[0], rows[0] + rows.size)):
-            return range(int(rows[0]), int(rows[0]) + rows.size)
+    rows = constant_integers(view, cid)
+    if rows is not None and rows.ndim == 1 and rows.size and rows[0] >= 0 \
+            and np.array_equal(rows, np.arange(rows[0], rows[0] + rows.size)):
+        return range(int(rows[0]), int(rows[0]) + rows.size)
     return None

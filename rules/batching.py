@@ -59,7 +59,6 @@ from egglog import i64, var, vars_
 
 from egad.egraph.analysis import invariant_in, rank_of
 from egad.egraph.attrs import NO_ATTRS, attrs_node
-from egad.egraph.constants import literal_value
 from egad.egraph.enode import ClassId, ENode
 from egad.egraph.language import Term, op
 from egad.errors import EgadError
@@ -67,7 +66,7 @@ from egad.ir import ops
 from egad.ir.types import TensorType
 
 from .loop_body import copy_body, copy_recorder, copy_region, loop_body
-from .patterns import INT_DTYPES, OP_HEADS, int_constant, is_zeros
+from .patterns import INT_DTYPES, OP_HEADS, constant_integers, int_constant, is_index_add, is_zeros
 from .registry import family, rewrite
 
 BATCHING = family("batching", __doc__)
@@ -396,7 +395,7 @@ def _scatters(view, cid: ClassId, invariant, is_base) -> _Scatters | None:
     of contractions, down to a class holding a node `is_base` accepts."""
     parts = []
     for _ in range(MAX_SCATTERS):
-        node = next((n for n in view.snapshot.nodes[cid] if n.head == "Op3" and n.args[0] == "index_add"), None)
+        node = next((n for n in view.snapshot.nodes[cid] if is_index_add(n)), None)
         if node is None:
             return None
         attrs, base, rows, values = node.args[1:]
@@ -416,13 +415,10 @@ def _rows_in_range(view, cid: ClassId, buffer, axis) -> bool:
     if not isinstance(buffer, TensorType) or not isinstance(axis, int) or not -buffer.ndim <= axis < buffer.ndim \
             or not isinstance(buffer.shape[axis], int):
         return False
-    index_type = view.types.get(cid)
-    for node in view.snapshot.nodes[cid]:
-        if node.head in ("Scalar", "Array", "Splat") and isinstance(index_type, TensorType) \
-                and index_type.is_static and index_type.dtype in INT_DTYPES:
-            rows = literal_value(node.head, node.args, view.encoding.constants, index_type.shape)
-            return bool(np.all((rows >= 0) & (rows < buffer.shape[axis])))
-    return False
+    rows = constant_integers(view, cid)
+    if rows is None or str(rows.dtype) not in INT_DTYPES:
+        return False
+    return bool(np.all((rows >= 0) & (rows < buffer.shape[axis])))
 
 
 def _peel_transpose(view, cid: ClassId, term: str) -> tuple[ClassId, str]:

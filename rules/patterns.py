@@ -11,8 +11,10 @@ from egglog import String, eq
 
 from egad.egraph.analysis import dtype_of
 from egad.egraph.attrs import attrs_node
+from egad.egraph.constants import literal_value
 from egad.egraph.enode import ClassId, ENode
 from egad.egraph.language import Term, attr, literal, scalar_bits
+from egad.ir.types import TensorType
 
 FLOAT_DTYPES = ("float32", "float64")
 INT_DTYPES = ("int32", "int64")
@@ -44,6 +46,23 @@ def int_constant(view, cid: ClassId) -> int | None:
         if node.head == "Scalar" and node.args[0] in INT_DTYPES:
             return node.args[1]
     return None
+
+
+def constant_integers(view, cid: ClassId) -> np.ndarray | None:
+    """The value of a constant integer class of static shape (a `Scalar`, `Splat` or
+    `Array` node: an index's rows), else None."""
+    index_type = view.types.get(cid)
+    if not isinstance(index_type, TensorType) or not all(isinstance(d, int) for d in index_type.shape):
+        return None
+    for node in view.snapshot.nodes[cid]:
+        if node.head in ("Scalar", "Splat", "Array"):
+            value = literal_value(node.head, node.args, view.encoding.constants, index_type.shape)
+            return value if value.dtype.kind in "iu" else None
+    return None
+
+
+def is_index_add(node: ENode) -> bool:
+    return node.head == "Op3" and node.args[0] == "index_add"
 
 
 def is_zeros(node: ENode) -> bool:
