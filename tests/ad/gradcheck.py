@@ -249,13 +249,14 @@ def _fingerprinting_supported() -> bool:
 
 
 @contextlib.contextmanager
-def _fingerprinting(digest) -> Iterator[None]:
-    """Wrap the interpreter's per-op hook so that every op's decisions reach `digest`."""
+def _observing_ops(observe) -> Iterator[None]:
+    """Wrap the interpreter's per-op hook so that `observe(binding, inputs, outputs)`
+    sees every op it runs."""
     original = _interp._run_op
 
     def run_op(binding, inputs):
         outputs = original(binding, inputs)
-        _record_decisions(binding, inputs, outputs, digest)
+        observe(binding, inputs, outputs)
         return outputs
 
     _interp._run_op = run_op
@@ -263,6 +264,11 @@ def _fingerprinting(digest) -> Iterator[None]:
         yield
     finally:
         _interp._run_op = original
+
+
+def _fingerprinting(digest):
+    """Every op's decisions reach `digest`."""
+    return _observing_ops(lambda binding, inputs, outputs: _record_decisions(binding, inputs, outputs, digest))
 
 
 def run_with_fingerprint(program: egad.Program, args: Sequence) -> tuple[Any, str]:
@@ -283,30 +289,30 @@ def run_with_fingerprint(program: egad.Program, args: Sequence) -> tuple[Any, st
 _COMPARISONS = ("gt", "ge", "lt", "le", "eq", "ne")
 
 
-def decision_margin(program: egad.Program, args: Sequence) -> float:
-    """The smallest gap |a - b| / max(|a|, |b|, 1) of any float comparison one
-    interpreted run makes (inf when it makes none). A gap within rounding (a sum of
-    centered values, exactly 0 in real arithmetic, compared with 0) means the branch is
-    decided by the order of float operations: a compiled program may sum in another
-    order and go the other way, and neither result is wrong."""
-    original = _interp._run_op
+def run_with_decision_margin(program: egad.Program, args: Sequence) -> tuple[Any, float]:
+    """`egad.interpret(program, *args)` and the smallest gap |a - b| / max(|a|, |b|, 1)
+    of any float comparison it makes (inf when it makes none). A gap within rounding
+    (a sum of centered values, exactly 0 in real arithmetic, compared with 0) means the
+    branch is decided by the order of float operations: a compiled program may sum in
+    another order and go the other way, and neither result is wrong."""
     smallest = [np.inf]
 
-    def run_op(binding, inputs):
-        outputs = original(binding, inputs)
+    def observe(binding, inputs, outputs):
         if binding.op in _COMPARISONS and inputs and np.asarray(inputs[0]).dtype.kind == "f":
             a, b = (np.asarray(x, np.float64) for x in inputs[:2])
             gap = np.abs(a - b) / np.maximum(np.maximum(np.abs(a), np.abs(b)), 1.0)
             if gap.size:
                 smallest[0] = min(smallest[0], float(np.min(gap)))
-        return outputs
 
-    _interp._run_op = run_op
-    try:
-        egad.interpret(program, *args)
-    finally:
-        _interp._run_op = original
-    return smallest[0]
+    with _observing_ops(observe):
+        out = egad.interpret(program, *args)
+    return out, smallest[0]
+
+
+def decision_margin(program: egad.Program, args: Sequence) -> float:
+    """The smallest relative gap of any float comparison of one interpreted run
+    (`run_with_decision_margin`)."""
+    return run_with_decision_margin(program, args)[1]
 
 
 def path_fingerprint(program: egad.Program, args: Sequence) -> str:
