@@ -34,11 +34,11 @@ def legalize_and_fuse(target) -> list:
 
 @tvm.transform.module_pass(opt_level=0, name="egad.FuseTransposeMatmul")
 def fuse_transpose_matmul(mod: tvm.IRModule, _context) -> tvm.IRModule:
-    """X @ W^T as one contraction reading W in place (the matmul schedule packs W's
-    panels anyway) instead of a transpose of W first; the gradient writes it for every
-    dense layer's input gradient. TVM's pass assumes each matched transpose feeds
-    only the matmul and fails when it is used elsewhere too: then the module is left
-    as it was."""
+    """x @ W^T as one contraction reading W in place (the matmul schedule packs W's
+    panels anyway) instead of a transpose of W first, for the products that
+    tvm_bridge/linalg.py leaves to `R.matmul` (a vector times W^T). linalg.py gives
+    each such product a transpose of its own: TVM's pass fails on a transpose that
+    other ops read too. Should it fail otherwise, the module is left as it was."""
     try:
         return relax.transform.FuseTransposeMatmul()(mod)
     except Exception:  # noqa: BLE001 - its failure surfaces as whatever Python raised inside it

@@ -22,13 +22,29 @@ from .registry import lowers
 
 @lowers("matmul")
 def _matmul(bb, args, attrs, binding):
-    transposed = _transposed_source(bb, args[0])
-    if transposed is not None and _same_batch(transposed, args[1]):
-        # A^T @ B, the weight gradient of every dense layer (x.T @ g): one contraction reading
-        # A in place. TVM's FuseTransposeMatmul only folds a transposed right operand, and a
-        # transpose kernel would copy A first (as long as the product itself on 32768 x 256)
-        return bb.emit_te(_transposed_product, transposed, args[1], False, primfunc_name_hint="matmul_tn")
+    # A^T @ B (x.T @ g, every dense layer's weight gradient) and A @ B^T (g @ W.T, its input
+    # gradient): one contraction reading the transposed operands in place. A transpose kernel
+    # would copy the operand first (as long as the product itself on 32768 x 256), and TVM's
+    # FuseTransposeMatmul, which folds a transposed right operand, fails on a transpose other
+    # ops read too (a shared W.T) and on X @ X^T (both operands one value), and then fuses
+    # nothing in the whole module
+    left, right = _transposed_source(bb, args[0]), _transposed_source(bb, args[1])
+    a = args[0] if left is None else left
+    b = args[1] if right is None else right
+    if (left is not None or right is not None) and _same_batch(a, b, left is not None, right is not None):
+        return bb.emit_te(_transposed_product, a, b, left is not None, right is not None,
+                          primfunc_name_hint="matmul_tn" if left is not None else "matmul_nt")
+    if right is not None:
+        # a vector times X^T, or a batch of 1 against more: R.matmul of a transpose of its own,
+        # which FuseTransposeMatmul folds (tvm_bridge/fusion.py) even when X^T is shared
+        return relax.op.matmul(args[0], bb.emit(relax.op.permute_dims(right, _last_two_swapped(right))))
     return relax.op.matmul(args[0], args[1])
+
+
+def _last_two_swapped(value) -> list[int]:
+    axes = list(range(value.ty.ndim))
+    axes[-1], axes[-2] = axes[-2], axes[-1]
+    return axes
 
 
 def _transposed_source(bb, value):
@@ -43,26 +59,27 @@ def _transposed_source(bb, value):
     if ndim < 2:
         return None
     axes = [int(a) for a in bound.attrs.axes] if bound.attrs.axes is not None else list(range(ndim))[::-1]
-    swapped = list(range(ndim))
-    swapped[-1], swapped[-2] = swapped[-2], swapped[-1]
-    return source if axes == swapped else None
+    return source if axes == _last_two_swapped(source) else None
 
 
-def _same_batch(a, b) -> bool:
-    """A (*n, k, i) and B (*m, k, j) of one dtype whose depths k are equal and whose batch
-    dims, aligned from the right, are equal where both have them (static or the same
-    symbol): what `_transposed_product` computes, the operand with fewer batch dims
-    broadcast over the other's. A batch dim of 1 against another size stays with
-    `R.matmul`, which broadcasts it."""
+def _same_batch(a, b, a_transposed: bool, b_transposed: bool) -> bool:
+    """A (*n, i, k) and B (*m, k, j) of one dtype (A (*n, k, i) when `a_transposed`, B
+    (*m, j, k) when `b_transposed`) whose depths k are equal and whose batch dims,
+    aligned from the right, are equal where both have them (static or the same symbol):
+    what `_transposed_product` computes, the operand with fewer batch dims broadcast
+    over the other's. A batch dim of 1 against another size stays with `R.matmul`,
+    which broadcasts it."""
     ta, tb = a.ty, b.ty
     if not (isinstance(ta, relax.TensorType) and isinstance(tb, relax.TensorType)) or ta.dtype != tb.dtype:
         return False
     if ta.ndim < 2 or tb.ndim < 2 or ta.shape is None or tb.shape is None:
         return False
+    a_dims, b_dims = list(ta.shape.values), list(tb.shape.values)
+    # each operand's depth, then its batch dims from the innermost out
+    a_dims = [a_dims[-2 if a_transposed else -1]] + a_dims[-3::-1]
+    b_dims = [b_dims[-1 if b_transposed else -2]] + b_dims[-3::-1]
     analyzer = tvm.sym.Analyzer()
-    shared = min(ta.ndim, tb.ndim) - 1  # the depth and the batch dims both have
-    return all(analyzer.can_prove_equal(x, y)
-               for x, y in zip(ta.shape.values[-2::-1][:shared], tb.shape.values[-2::-1][:shared]))
+    return all(analyzer.can_prove_equal(x, y) for x, y in zip(a_dims, b_dims))
 
 
 @lowers("einsum")
@@ -122,10 +139,10 @@ def _einsum_as_matmul(bb, args, terms, output, types):
         # TVM's FuseTransposeMatmul folds a transposed right operand into the matmul, not a
         # left one: a transpose kernel would copy it first (the weight gradient's 2048 x 256
         # stacked inputs took 1.3 ms, as long as a third of the product itself)
-        product = bb.emit_te(_transposed_product, lhs, rhs, rhs_transposed, primfunc_name_hint="matmul_tn")
+        product = bb.emit_te(_transposed_product, lhs, rhs, True, rhs_transposed, primfunc_name_hint="matmul_tn")
+    elif rhs_transposed:
+        product = bb.emit_te(_transposed_product, lhs, rhs, False, True, primfunc_name_hint="matmul_nt")
     else:
-        if rhs_transposed:
-            rhs = bb.emit(relax.op.permute_dims(rhs, list(range(len(batch))) + [len(batch) + 1, len(batch)]))
         product = bb.emit(relax.op.matmul(lhs, rhs))
     product = relax.op.reshape(product, [dims[0][c] for c in batch + a_free] + [dims[1][c] for c in b_free])
     order = batch + a_free + b_free
@@ -134,19 +151,21 @@ def _einsum_as_matmul(bb, args, terms, output, types):
     return product
 
 
-def _transposed_product(a, b, b_transposed: bool):
-    """C[*n, i, j] = sum_k A[*n, k, i] * B[*n, k, j] (B[*n, j, k] when b_transposed): a
-    contraction egad's matmul schedule recognises in any operand layout. The operand
-    with fewer batch dims is broadcast over the other's (their shared ones are equal:
-    `_same_batch`)."""
-    depth = te.reduce_axis((0, a.shape[-2]), name="k")
+def _transposed_product(a, b, a_transposed: bool, b_transposed: bool):
+    """C[*n, i, j] = sum_k A[*n, i, k] * B[*n, k, j], reading A as A[*n, k, i] when
+    `a_transposed` and B as B[*n, j, k] when `b_transposed`: a contraction egad's matmul
+    schedule recognises in any operand layout. The operand with fewer batch dims is
+    broadcast over the other's (their shared ones are equal: `_same_batch`)."""
+    depth = te.reduce_axis((0, a.shape[-2] if a_transposed else a.shape[-1]), name="k")
+    rows = a.shape[-1] if a_transposed else a.shape[-2]
     columns = b.shape[-2] if b_transposed else b.shape[-1]
     batch = max(a.shape[:-2], b.shape[:-2], key=len)
 
     def element(*index):
         *n, i, j = index
         n_a, n_b = n[len(n) - (len(a.shape) - 2):], n[len(n) - (len(b.shape) - 2):]
+        left = a[(*n_a, depth, i)] if a_transposed else a[(*n_a, i, depth)]
         right = b[(*n_b, j, depth)] if b_transposed else b[(*n_b, depth, j)]
-        return te.sum(a[(*n_a, depth, i)] * right, axis=depth)
+        return te.sum(left * right, axis=depth)
 
-    return te.compute((*batch, a.shape[-1], columns), element, name="matmul_tn")
+    return te.compute((*batch, rows, columns), element, name="matmul_tn" if a_transposed else "matmul_nt")

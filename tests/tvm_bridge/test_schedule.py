@@ -254,6 +254,53 @@ def test_a_transposed_left_operand_with_symbolic_depth_matches_interpreter(rows)
     check_against_interpreter(batched_matmul_a_transposed, specs=specs, calls=[(f32(rows, 4, 5), f32(rows, 4, 3))])
 
 
+def transposed_right_operand_shared(x, w):
+    """W.T read by a product and by an elementwise op: TVM's FuseTransposeMatmul failed on
+    such a module and then fused nothing in it."""
+    wt = w.T
+    return x @ wt, wt * 2.0
+
+
+def gram(m):
+    return m @ m.T  # both operands one value: TVM's pass failed on it too
+
+
+def both_transposed(a, b):
+    return a.T @ b.T
+
+
+def vector_times_shared_transpose(v, w):
+    wt = w.T
+    return v @ wt, wt + 1.0
+
+
+def same_operand_einsum(x):
+    return enp.einsum("ik,jk->ij", x, x)
+
+
+TRANSPOSED_PRODUCTS = [
+    (transposed_right_operand_shared, (f32(24, 40), f32(56, 40)), "matmul_nt"),
+    (gram, (f32(48, 40),), "matmul_nt"),
+    (both_transposed, (f32(40, 24), f32(56, 40)), "matmul_tn"),
+    (same_operand_einsum, (f32(48, 40),), "matmul_nt"),
+    (vector_times_shared_transpose, (f32(40), f32(56, 40)), "NT_matmul"),  # FuseTransposeMatmul's
+]
+
+
+@pytest.mark.parametrize("fn, args, kernel", TRANSPOSED_PRODUCTS, ids=[c[0].__name__ for c in TRANSPOSED_PRODUCTS])
+def test_every_product_of_a_transposed_operand_reads_it_in_place(fn, args, kernel):
+    """A @ B^T, A^T @ B^T, X @ X^T and a vector times a shared W^T: one tiled contraction,
+    the product's transposes read in place (a transpose kernel is left only for another
+    reader of W^T), and the results match the interpreter."""
+    funcs = scheduled_prim_funcs(fn, *args)
+    (product,) = [name for name in funcs if name.startswith(kernel)]
+    if args[0].ndim == 2:  # a vector times a matrix is a reduction, scheduled as one
+        assert funcs[product].attrs["egad.schedule_rule"] == "matmul-tiled-packed"
+    transposes = [name for name in funcs if "transpose" in name]
+    assert len(transposes) == (fn in (transposed_right_operand_shared, vector_times_shared_transpose)), list(funcs)
+    check_against_interpreter(fn, *args)
+
+
 def sum_then_product(a, b, h, w):
     return (a + b) + h @ w  # FuseOps puts a + b before the product, in the product's function
 
