@@ -155,7 +155,10 @@ def _as_kernel_argument(tensor, device):
 
 
 def _on_cpu(device) -> bool:
-    return device.dlpack_device_type() == tvm.cpu().dlpack_device_type()
+    return device.dlpack_device_type() == _CPU
+
+
+_CPU = tvm.cpu().dlpack_device_type()
 
 
 def _stand_in(tensor) -> np.ndarray:

@@ -23,10 +23,21 @@ _SHORT = {"bool": "bool", "int32": "i32", "int64": "i64", "float32": "f32", "flo
 
 def canonical_dtype(dtype) -> str:
     """The dtype's name in egad's closed set, or ValueError."""
+    try:
+        return _CANONICAL_NAMES[dtype]  # every call checks each argument's dtype: np.dtype(...).name took 4 us
+    except (KeyError, TypeError):
+        pass
     name = np.dtype(dtype).name
     if name not in DTYPES:
         raise ValueError(f"dtype {name} is not supported; egad supports {', '.join(DTYPES)}")
+    try:
+        _CANONICAL_NAMES[dtype] = name
+    except TypeError:  # an unhashable dtype spec
+        pass
     return name
+
+
+_CANONICAL_NAMES: dict = {}
 
 
 def is_float(dtype: str) -> bool:
