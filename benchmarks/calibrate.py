@@ -14,7 +14,9 @@ inside a loop body: the Relax VM's call, allocation and checks):
   as its dispatch and bytes, through the runtime functions the VM calls (a body's
   pushes go in one `egad.tape_push_all`, its pops in one `egad.tape_pop_all`): 9
   tapes of 32x256 float32 rows (an LSTM step's residuals), 64 trips. A pop is printed
-  beside it (the model prices it as a dispatch and its bytes).
+  beside it (the model prices it as a dispatch and its bytes);
+- stacked output seconds: a loop's fixed host cost per stacked output (a scan's ys,
+  the rows rules/batching.py stacks for a product after the loop), per run of the loop.
 
 It prints the measured values beside the model's and writes
 results/calibrate.json. The constants in cost_model.py are copied from a run of this
@@ -38,6 +40,7 @@ import numpy as np  # noqa: E402
 import tvm  # noqa: E402
 
 import egad  # noqa: E402
+import egad.numpy as enp  # noqa: E402
 from egad.cost_model import TARGETS  # noqa: E402
 from egad.tvm_bridge import build  # noqa: E402
 
@@ -100,6 +103,34 @@ def tape_seconds(values: int = 9, trips: int = 64) -> tuple[float, float]:
     return statistics.median(pushes), statistics.median(pops)
 
 
+def stacked_output_seconds(dispatch: float) -> float:
+    """A loop's fixed host cost per stacked output (a scan's ys): its buffer set up and
+    handed back, once per run of the loop. The slope of a one-trip scan's call time
+    over its number of outputs, less what the model prices already for each: the
+    body's kernel making it, the trip's row copy, the sum reading it after the loop
+    (a dispatch each)."""
+    counts = (1, 4, 7)
+    seconds = []
+    for count in counts:
+        def loop(h0, xs, count=count):
+            def step(h, row):
+                return h + row, tuple(h * (j + 1.0) for j in range(count))
+            h, ys = egad.scan(step, h0, xs)
+            return h + sum(enp.sum(y) for y in ys)
+
+        args = (f32(4), f32(1, 4))
+        compiled = build(egad.trace(loop, *args))
+        tensors = [tvm.runtime.tensor(a, tvm.cpu()) for a in args]
+        compiled(*tensors)
+        calls = []
+        for _ in range(301):
+            start = time.perf_counter()
+            compiled(*tensors)
+            calls.append(time.perf_counter() - start)
+        seconds.append(statistics.median(calls))
+    return float(np.polyfit(counts, seconds, 1)[0]) - 3 * dispatch
+
+
 def main() -> int:
     one = np.ones((1, 1), np.float32)
     kernels = (1, 5, 9)
@@ -131,6 +162,7 @@ def main() -> int:
     dispatch = parallel - 2 * 32 * 64 * 64 / step_rate  # the small kernels have 32 rows
     model = TARGETS["cpu"]
     push, pop = tape_seconds()
+    stacked = stacked_output_seconds(dispatch)
     tape_push = push - (dispatch + 2 * TAPE_ROW_BYTES / bandwidth)  # beyond its price as an op, at the rates here
     modelled = model.dispatch_seconds + 2 * TAPE_ROW_BYTES / model.bytes_per_second
     print(f"a tape push costs {push * 1e6:.1f} us a value, a pop {pop * 1e6:.1f} us (32x256 float32); "
@@ -141,7 +173,8 @@ def main() -> int:
             ("flops per second (matmul peak)", flops, model.flops_per_second),
             ("matmul half rows", half_rows, model.matmul_half_rows),
             ("bytes per second (elementwise)", bandwidth, model.bytes_per_second),
-            ("tape push seconds (beyond dispatch, bytes)", tape_push, model.tape_push_seconds)]
+            ("tape push seconds (beyond dispatch, bytes)", tape_push, model.tape_push_seconds),
+            ("stacked output seconds (per loop run)", stacked, model.stacked_output_seconds)]
     print(f"{'constant':42s} {'measured':>12s} {'cost model':>12s}")
     for name, measured, modelled in rows:
         print(f"{name:42s} {measured:12.4g} {modelled:12.4g}")
@@ -154,12 +187,13 @@ def main() -> int:
                                             "matmul_flops_per_second_32_rows": step_rate,
                                             "matmul_flops_per_second_2048_rows": batched_rate,
                                             "tape_push_seconds": tape_push, "tape_push_seconds_whole": push,
-                                            "tape_pop_seconds_whole": pop},
+                                            "tape_pop_seconds_whole": pop, "stacked_output_seconds": stacked},
                                "model": {"dispatch_seconds": model.dispatch_seconds,
                                          "flops_per_second": model.flops_per_second,
                                          "matmul_half_rows": model.matmul_half_rows,
                                          "bytes_per_second": model.bytes_per_second,
-                                         "tape_push_seconds": model.tape_push_seconds}}, indent=2))
+                                         "tape_push_seconds": model.tape_push_seconds,
+                                         "stacked_output_seconds": model.stacked_output_seconds}}, indent=2))
     print(f"wrote {out}")
     return 0
 

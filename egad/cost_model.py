@@ -67,6 +67,10 @@ class Target:
     # in host slabs, in Python: tvm_bridge/runtime.py), per value; a pop hands out a view
     # of its row and costs about what a row read (`take`) does
     tape_push_seconds: float = 0.0
+    # host time of one stacked output of a loop (a scan's ys) per run of the loop, beyond
+    # its rows: the stack's buffer set up and handed back (tvm_bridge/runtime.py). It is
+    # what makes stacking rows for a product after a short inner loop cost more than it saves
+    stacked_output_seconds: float = 0.0
     # A matmul of m output rows runs at flops_per_second * m / (m + matmul_half_rows):
     # a register tile spans a few rows and the threads split the rows, so a short
     # matmul (an RNN step's 32 rows) wastes part of both. This is what makes batching
@@ -83,14 +87,16 @@ TARGETS = {
     # parallel kernel.
     # A tape push: 15-19 us a 32x256 float32 value (2026-12-03, benchmarks/calibrate.py),
     # 10-15 us more than its dispatch and bytes are priced; a loop's stacked row takes ~6.
+    # A stacked output: 8-20 us per run of its loop beyond its rows (2026-12-05, same benchmark).
     "cpu": Target("cpu", flops_per_second=105e9, bytes_per_second=50e9, dispatch_seconds=3e-6,
                   latency_seconds=1e-6, tape_byte_seconds=1 / 50e9, matmul_half_rows=8.0,
-                  tape_push_seconds=10e-6),
+                  tape_push_seconds=10e-6, stacked_output_seconds=12e-6),
     # one datacenter GPU (H100/H200 class, fp32 without tensor cores): launch ~4 us of
     # host time; a dependent kernel waits ~3 us for its predecessor to drain. Short
-    # matmuls are priced by the latency term, not by matmul_half_rows (not measured).
+    # matmuls are priced by the latency term, not by matmul_half_rows (not measured). A stacked
+    # output's set-up is host work, priced as on the CPU (not measured on a GPU).
     "gpu": Target("gpu", flops_per_second=50e12, bytes_per_second=3e12, dispatch_seconds=4e-6,
-                  latency_seconds=3e-6, tape_byte_seconds=1 / 3e12),
+                  latency_seconds=3e-6, tape_byte_seconds=1 / 3e12, stacked_output_seconds=12e-6),
 }
 
 _TARGET_KINDS = {"llvm": "cpu", "c": "cpu", "cpu": "cpu", "cuda": "gpu", "rocm": "gpu", "metal": "gpu",

@@ -691,7 +691,8 @@ class _Extractor:
         if node.head == "For":  # the driver copies each trip's ys into the stacked result
             for ys in node.args[4][len(node.args[3]):]:
                 row = concrete(self.types.of(ys), self.model.size)
-                compute += trips * Work(0.0, 2.0 * nbytes(row)).seconds(self.target)
+                compute += trips * Work(0.0, 2.0 * nbytes(row)).seconds(self.target) \
+                    + self.target.stacked_output_seconds
                 if self.model.held_byte_seconds:
                     # the stacked rows are held once, however often the loops around this one make them
                     # again (a checkpointed segment's rows: k x R, not T x R): their price is divided by

@@ -23,6 +23,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import json
+import math
 import sys
 import threading
 
@@ -91,7 +92,7 @@ def _items(array) -> list:
 
 
 def _nbytes(tensor) -> int:
-    return int(np.prod(tensor.shape, dtype=np.int64)) * np.dtype(str(tensor.dtype)).itemsize
+    return math.prod(tensor.shape) * np.dtype(str(tensor.dtype)).itemsize
 
 
 @tvm_ffi.register_global_func("egad.for_loop", override=True)
@@ -346,7 +347,7 @@ class _SpareBuffers:
         """A 64-byte aligned C-contiguous array (TVM kernels assume the alignment) on a
         buffer that comes back here once no tensor reads it (`reclaim`)."""
         dtype = np.dtype(dtype)
-        size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        size = math.prod(shape) * dtype.itemsize  # np.prod took 7 us, paid per stacked output of a loop
         raw = self.take(size + 64)
         self.watch([raw])
         return np.ndarray(shape, dtype, buffer=raw, offset=-raw.ctypes.data % 64)

@@ -379,7 +379,7 @@ def test_saturating_again_batches_nothing_new():
 
 def test_an_extraction_never_takes_outputs_from_both_loops():
     """With a target where the loop is latency-bound, dispatch nearly free and copies
-    cheap (the new loop stacks its per-step operands), the
+    and stacks cheap (the new loop stacks its per-step operands), the
     greedy per-class choice takes dh0 from the new loop (a little cheaper) and dW, dU
     from the old one (their einsums cost more than the per-step matmuls hidden under
     the recurrence): both loops would pop the forward loop's tapes. `extract` sees the
@@ -387,7 +387,7 @@ def test_an_extraction_never_takes_outputs_from_both_loops():
     args = tuple(np.random.default_rng(3).normal(size=shape) for shape in RNN_SHAPES.values())
     gradient = rnn_gradient(args, wrt=(0, 1, 3))
     target = dataclasses.replace(TARGETS["cpu"], dispatch_seconds=1e-7, latency_seconds=1.0,
-                                 flops_per_second=1e6, bytes_per_second=1e10)
+                                 flops_per_second=1e6, bytes_per_second=1e10, stacked_output_seconds=0.0)
     model = CostModel(target)
     encoding = encode(gradient)
     saturate(encoding, families=["batching"])

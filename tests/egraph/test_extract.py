@@ -8,6 +8,8 @@ critical-path model and the flat one choose differently on a latency-bound loop.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from egglog import rewrite, ruleset, union, vars_
@@ -287,6 +289,24 @@ def test_a_tape_push_costs_its_host_time_beyond_its_bytes_on_the_cpu():
     assert push.seconds(cpu) == pytest.approx(copy.seconds(cpu) + cpu.tape_push_seconds)
     assert pop.seconds(cpu) == pytest.approx(copy.seconds(cpu))
     assert cpu.tape_push_seconds > 2 * cpu.dispatch_seconds
+
+
+def test_each_run_of_a_loop_pays_for_its_stacked_outputs():
+    """A loop's stacked outputs (a scan's ys) cost their buffer's set-up per run of the
+    loop, beyond their rows: an inner scan of two outputs run by 5 outer trips pays it
+    10 times (what makes stacking rows in a short inner loop a loss)."""
+    def nested(x, xs):
+        def outer(i, h):
+            h, (a, b) = egad.scan(lambda c, row: (c + row, (c * 2.0, c * 3.0)), h, xs)
+            return h + enp.sum(a) + enp.sum(b)
+        return egad.fori_loop(0, 5, outer, x)
+
+    encoding, snapshot, extraction, _ = _extract(egad.trace(nested, np.ones(3), np.ones((4, 3))))
+    cpu = TARGETS["cpu"]
+    assert cpu.stacked_output_seconds > cpu.dispatch_seconds
+    free = CostModel(dataclasses.replace(cpu, stacked_output_seconds=0.0))
+    priced, unpriced = (predicted_cost(encoding, snapshot, extraction, model).seconds for model in (CostModel(), free))
+    assert priced - unpriced == pytest.approx(5 * 2 * cpu.stacked_output_seconds)
 
 
 def test_a_loop_in_a_branch_costs_its_share():
