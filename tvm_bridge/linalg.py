@@ -3,8 +3,9 @@
 A two-operand einsum that is a (batched) matrix product in disguise, such as the
 weight gradient 'tki,tkj->ij' that rules/batching.py writes after a reverse loop,
 is lowered as permute + reshape + `R.matmul` + reshape + permute (a contraction that
-reads a transposed left operand in place when the einsum's letters already put it
-that way), so that egad's tiled matmul schedule (tvm_bridge/schedule.py) runs it;
+reads a transposed operand in place when the einsum's letters already put it that
+way, as for a `matmul` of a transpose), so that egad's tiled matmul schedule
+(tvm_bridge/schedule.py) runs it;
 TVM's generic einsum is a plain loop nest. Reshapes take the operands' shapes as
 Relax shape expressions, so symbolic dims (a trip count T) work. Anything else (a
 letter summed within one operand, repeated letters, broadcast dims, three operands)
@@ -136,9 +137,8 @@ def _einsum_as_matmul(bb, args, terms, output, types):
     lhs, lhs_transposed = operand(0, a_free, contracted)
     rhs, rhs_transposed = operand(1, contracted, b_free)
     if lhs_transposed:
-        # TVM's FuseTransposeMatmul folds a transposed right operand into the matmul, not a
-        # left one: a transpose kernel would copy it first (the weight gradient's 2048 x 256
-        # stacked inputs took 1.3 ms, as long as a third of the product itself)
+        # read in place, as `_matmul` does: a transpose kernel would copy it first (the weight
+        # gradient's 2048 x 256 stacked inputs took 1.3 ms, as long as a third of the product)
         product = bb.emit_te(_transposed_product, lhs, rhs, True, rhs_transposed, primfunc_name_hint="matmul_tn")
     elif rhs_transposed:
         product = bb.emit_te(_transposed_product, lhs, rhs, False, True, primfunc_name_hint="matmul_nt")
