@@ -14,22 +14,27 @@ from tvm import relax
 from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
 
 
-def fusion_passes(target) -> list:
+def fusion_passes(target, backend=cpu_generic) -> list:
     """The passes from egad's lowered module to fused PrimFuncs called by Relax:
-    dataflow blocks, transpose-into-matmul fusion, cpu_generic's dispatch and
-    legalization (without FoldConstant), FuseOps, FuseTIR, and the fix-ups."""
+    dataflow blocks, transpose-into-matmul fusion, the backend's dispatch and
+    legalization (without FoldConstant, and without scheduling: the caller schedules),
+    FuseOps, FuseTIR, and the fix-ups. `backend`: a module of TVM's Relax backends
+    (cpu_generic, cuda, gpu_generic...)."""
     return ([keep_function_signatures, relax.transform.ConvertToDataflow(min_size=1), fuse_transpose_matmul]
-            + cpu_generic.library_dispatch_passes(target)
-            + legalize_and_fuse(target)
+            + backend.library_dispatch_passes(target)
+            + legalize_and_fuse(target, backend)
             + [order_after_shape_definitions])
 
 
-def legalize_and_fuse(target) -> list:
-    """cpu_generic's legalization passes without FoldConstant, which compiles and runs
+def legalize_and_fuse(target, backend=cpu_generic) -> list:
+    """The backend's legalization passes without FoldConstant, which compiles and runs
     a TIR function for every constant expression (19 of the 27 s that 20 corpus
     gradients took to build) to save scalar arithmetic the compiled code does in
-    nanoseconds. (DESIGN §7 also warns that folding a taped constant corrupts it.)"""
-    return [pass_ for pass_ in cpu_generic.legalize_passes(target) if pass_.info.name != "FoldConstant"]
+    nanoseconds (DESIGN §7 also warns that folding a taped constant corrupts it), and
+    without a GPU backend's dlight scheduling, which egad applies itself
+    (tvm_bridge/gpu.py)."""
+    return [pass_ for pass_ in backend.legalize_passes(target)
+            if pass_.info.name not in ("FoldConstant", "ApplyDefaultSchedule")]
 
 
 @tvm.transform.module_pass(opt_level=0, name="egad.FuseTransposeMatmul")

@@ -54,7 +54,7 @@ from tvm.s_tir.dlight.analysis import SBlockInfo, get_sblock_info, normalize_pri
 from tvm.target.codegen import target_has_features
 from tvm.tirx.analysis import undefined_vars
 
-from . import fusion
+from . import fusion, gpu
 
 RULE_COUNTS: collections.Counter[str] = collections.Counter()
 RAISE_RULE_ERRORS = False
@@ -96,9 +96,12 @@ class ScheduleRule:
 
 def relax_pipeline(target) -> tvm.transform.Pass | None:
     """The Relax pipeline egad builds with for `target`: cpu_generic's default pipeline
-    plus `schedule_prim_funcs` after fusion for llvm, None (TVM's default) otherwise.
+    plus `schedule_prim_funcs` after fusion for llvm, tvm_bridge/gpu.py's for GPUs,
+    None (TVM's default) otherwise.
     Example: `tvm.compile(mod, target, relax_pipeline=relax_pipeline(target) or "default")`."""
     resolved = _as_target(target)
+    if resolved.kind.name in gpu.GPU_KINDS:
+        return gpu.gpu_pipeline(resolved)
     if resolved.kind.name != "llvm":
         return None
 

@@ -380,9 +380,10 @@ def test_a_rule_that_raises_leaves_its_function_unscheduled_and_the_build_correc
     assert schedule.RULE_COUNTS["failed:broken"] > failures
 
 
-def test_only_llvm_targets_get_the_cpu_pipeline():
-    assert schedule.relax_pipeline("llvm") is not None
-    assert schedule.relax_pipeline({"kind": "cuda"}) is None
+def test_llvm_targets_get_the_cpu_pipeline_and_gpus_the_gpu_one():
+    assert schedule.relax_pipeline("llvm").info.name == "egad.CPUPipeline"
+    assert schedule.relax_pipeline({"kind": "cuda"}).info.name == "egad.GPUPipeline"
+    assert schedule.relax_pipeline({"kind": "c"}) is None  # TVM's default
     assert "mcpu" in resolve("llvm").tvm_target.attrs
 
 
