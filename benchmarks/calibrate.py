@@ -54,16 +54,21 @@ def per_iteration(body, h0, *invariants, trips: int = TRIPS) -> float:
     def loop(h, *c):
         return egad.fori_loop(0, trips, lambda t, state: body(state, *c), h)
 
-    args = (h0, *invariants)
-    compiled = build(egad.trace(loop, *args))
+    return call_seconds(loop, (h0, *invariants), calls=7) / trips
+
+
+def call_seconds(fn, args, calls: int) -> float:
+    """Median seconds of a call of `fn` built on its own (egad.tvm_bridge.build), on TVM
+    tensors made beforehand, after one warm-up call."""
+    compiled = build(egad.trace(fn, *args))
     tensors = [tvm.runtime.tensor(a, tvm.cpu()) for a in args]
     compiled(*tensors)
     times = []
-    for _ in range(7):
+    for _ in range(calls):
         start = time.perf_counter()
         compiled(*tensors)
         times.append(time.perf_counter() - start)
-    return statistics.median(times) / trips
+    return statistics.median(times)
 
 
 def f32(*shape, scale=0.05):
@@ -118,16 +123,7 @@ def stacked_output_seconds(dispatch: float) -> float:
             h, ys = egad.scan(step, h0, xs)
             return h + sum(enp.sum(y) for y in ys)
 
-        args = (f32(4), f32(1, 4))
-        compiled = build(egad.trace(loop, *args))
-        tensors = [tvm.runtime.tensor(a, tvm.cpu()) for a in args]
-        compiled(*tensors)
-        calls = []
-        for _ in range(301):
-            start = time.perf_counter()
-            compiled(*tensors)
-            calls.append(time.perf_counter() - start)
-        seconds.append(statistics.median(calls))
+        seconds.append(call_seconds(loop, (f32(4), f32(1, 4)), calls=301))
     return float(np.polyfit(counts, seconds, 1)[0]) - 3 * dispatch
 
 
