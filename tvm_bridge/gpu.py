@@ -1,6 +1,7 @@
-"""egad's Relax pipeline for GPU targets (cuda, rocm, metal, vulkan, opencl, webgpu):
-TVM's own pipeline for the target with the changes egad makes on the CPU too, and
-its dlight schedules guarded.
+"""The GPU parts of egad's Relax pipeline (tvm_bridge/schedule.py's `relax_pipeline`
+assembles it) for cuda, rocm, metal, vulkan, opencl and webgpu: TVM's own pipeline
+for the target with the changes egad makes on the CPU too, and its dlight schedules
+guarded.
 
 - Fusion is egad's (tvm_bridge/fusion.py): loop bodies keep their signatures, bindings
   stay after the match_cast defining their dims, and no FoldConstant (DESIGN §7: it
@@ -15,15 +16,10 @@ its dlight schedules guarded.
 from __future__ import annotations
 
 import tvm
-from tvm import relax
 from tvm.relax.backend.cuda import pipeline as cuda_backend
 from tvm.relax.backend.gpu_generic import pipeline as gpu_generic
 from tvm.relax.backend.rocm import pipeline as rocm_backend
 from tvm.s_tir import dlight as dl
-
-from . import fusion
-
-GPU_KINDS = ("cuda", "rocm", "metal", "vulkan", "opencl", "webgpu")
 
 
 class GuardedRule(dl.ScheduleRule):
@@ -42,24 +38,14 @@ class GuardedRule(dl.ScheduleRule):
         return self.rule.is_target_available(target)
 
 
-def schedule_rules() -> list:
-    """TVM's GPU rules, in TVM's order, each guarded."""
-    return [GuardedRule(rule) for rule in (dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(),
-                                           dl.gpu.GeneralReduction(), dl.gpu.Fallback())]
+def backend(target: tvm.target.Target):
+    """TVM's Relax backend module for a GPU target (its passes: dispatch, legalization,
+    dataflow lowering, finalization with CUDA graphs for cuda)."""
+    return {"cuda": cuda_backend, "rocm": rocm_backend}.get(target.kind.name, gpu_generic)
 
 
-def gpu_pipeline(target: tvm.target.Target) -> tvm.transform.Pass:
-    """The Relax pipeline for a GPU `target`: fusion, guarded dlight schedules, then
-    the backend's own dataflow lowering and finalization (CUDA graphs included)."""
-    backend = {"cuda": cuda_backend, "rocm": rocm_backend}.get(target.kind.name, gpu_generic)
-
-    @tvm.transform.module_pass(opt_level=0, name="egad.GPUPipeline")
-    def pipeline(mod: tvm.IRModule, _context) -> tvm.IRModule:
-        with target:
-            passes = (fusion.fusion_passes(target, backend)
-                      + [dl.ApplyDefaultSchedule(*schedule_rules())]
-                      + backend.dataflow_lower_passes(target)
-                      + backend.finalize_passes(target))
-            return tvm.transform.Sequential(passes)(mod)
-
-    return pipeline
+def schedule_kernels() -> tvm.transform.Pass:
+    """dlight's GPU rules, in TVM's order, each guarded: the pass that schedules every
+    fused kernel (inside `with target`, as dlight reads the current target)."""
+    return dl.ApplyDefaultSchedule(*(GuardedRule(rule) for rule in (
+        dl.gpu.Matmul(), dl.gpu.GEMV(), dl.gpu.Reduction(), dl.gpu.GeneralReduction(), dl.gpu.Fallback())))

@@ -50,6 +50,7 @@ import tvm
 import tvm_ffi
 from tvm import s_tir, tirx
 from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
+from tvm.relax.backend.utils import BackendDispatcher
 from tvm.s_tir.dlight.analysis import SBlockInfo, get_sblock_info, normalize_prim_func
 from tvm.target.codegen import target_has_features
 from tvm.tirx.analysis import undefined_vars
@@ -95,23 +96,26 @@ class ScheduleRule:
 # ---------------------------------------------------------------- the pipeline
 
 def relax_pipeline(target) -> tvm.transform.Pass | None:
-    """The Relax pipeline egad builds with for `target`: cpu_generic's default pipeline
-    plus `schedule_prim_funcs` after fusion for llvm, tvm_bridge/gpu.py's for GPUs,
-    None (TVM's default) otherwise.
+    """The Relax pipeline egad builds with for `target`: TVM's default pipeline for its
+    backend (cpu_generic for llvm, tvm_bridge/gpu.py's choice for GPUs) with egad's
+    fusion passes, and egad's kernel scheduling after fusion (`schedule_prim_funcs` on
+    the CPU, guarded dlight rules on GPUs); None (TVM's default) for other targets.
     Example: `tvm.compile(mod, target, relax_pipeline=relax_pipeline(target) or "default")`."""
     resolved = _as_target(target)
-    if resolved.kind.name in gpu.GPU_KINDS:
-        return gpu.gpu_pipeline(resolved)
-    if resolved.kind.name != "llvm":
+    if resolved.kind.name == "llvm":
+        backend, scheduling, name = cpu_generic, schedule_prim_funcs(resolved), "egad.CPUPipeline"
+    elif BackendDispatcher.is_gpu_target(resolved):  # "gpu" among its keys, as TVM decides
+        backend, scheduling, name = gpu.backend(resolved), gpu.schedule_kernels(), "egad.GPUPipeline"
+    else:
         return None
 
-    @tvm.transform.module_pass(opt_level=0, name="egad.CPUPipeline")
+    @tvm.transform.module_pass(opt_level=0, name=name)
     def pipeline(mod: tvm.IRModule, _context) -> tvm.IRModule:
         with resolved:
-            passes = (fusion.fusion_passes(resolved)
-                      + [schedule_prim_funcs(resolved)]
-                      + cpu_generic.dataflow_lower_passes(resolved)
-                      + cpu_generic.finalize_passes(resolved))
+            passes = (fusion.fusion_passes(resolved, backend)
+                      + [scheduling]
+                      + backend.dataflow_lower_passes(resolved)
+                      + backend.finalize_passes(resolved))
             return tvm.transform.Sequential(passes)(mod)
 
     return pipeline
