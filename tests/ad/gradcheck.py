@@ -309,12 +309,6 @@ def run_with_decision_margin(program: egad.Program, args: Sequence) -> tuple[Any
     return out, smallest[0]
 
 
-def decision_margin(program: egad.Program, args: Sequence) -> float:
-    """The smallest relative gap of any float comparison of one interpreted run
-    (`run_with_decision_margin`)."""
-    return run_with_decision_margin(program, args)[1]
-
-
 def path_fingerprint(program: egad.Program, args: Sequence) -> str:
     """A digest of every control decision and kink selection of one interpreted run."""
     return run_with_fingerprint(program, args)[1]

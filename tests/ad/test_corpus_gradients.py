@@ -22,8 +22,8 @@ from egad.pytree import flatten
 from tests.programs import all_programs
 
 from .gradcheck import (
-    NotComparable, assert_gradients_match, central_difference, decision_margin, path_fingerprint, same_control_path,
-    scalar_loss, to_float64,
+    NotComparable, assert_gradients_match, central_difference, path_fingerprint, run_with_decision_margin,
+    same_control_path, scalar_loss, to_float64,
 )
 
 DIFFERENTIABLE = [p for p in all_programs() if p.differentiable_argnums]
@@ -100,9 +100,13 @@ def test_decision_margin_finds_a_comparison_decided_by_rounding():
         return egad.cond(enp.sum(x) > 0, lambda v: v * 2.0, lambda v: -v, x)
 
     x = np.array([0.3, -0.7, 0.123456789])
-    assert decision_margin(egad.trace(centered, x), (x,)) < 1e-15
-    assert decision_margin(egad.trace(plain, x), (x,)) == pytest.approx(abs(x.sum()))
-    assert decision_margin(egad.trace(lambda v: v * 2.0, x), (x,)) == np.inf
+
+    def margin(fn):
+        return run_with_decision_margin(egad.trace(fn, x), (x,))[1]
+
+    assert margin(centered) < 1e-15
+    assert margin(plain) == pytest.approx(abs(x.sum()))
+    assert margin(lambda v: v * 2.0) == np.inf
 
 
 # --- the corpus --------------------------------------------------------------------------
