@@ -7,8 +7,6 @@ loops and data-dependent trip counts included.
 """
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 
 from .errors import ArgumentError, EgadError, IndexOutOfRangeError, ShapeError, message
@@ -112,14 +110,8 @@ def argument_leaves(program: Program, args: tuple):
         if got_tree != tree:
             raise ArgumentError(message(f"argument {k} has structure {got_tree}, the program was traced with {tree}",
                                         instead="pass arguments with the structure used at trace time"))
-        for path, leaf in zip(_argument_paths(tree, k), leaves):
+        for path, leaf in zip(leaf_paths(tree, f"argument {k}"), leaves):
             yield path, leaf, next(param_types)
-
-
-@functools.lru_cache(maxsize=256)
-def _argument_paths(tree, k: int) -> tuple[str, ...]:
-    """`leaf_paths` of argument k, made once per structure, not at every call."""
-    return tuple(leaf_paths(tree, f"argument {k}"))
 
 
 def _same_static(a, b) -> bool:
