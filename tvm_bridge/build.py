@@ -19,7 +19,7 @@ from egad.interp import _flatten_arguments
 from egad.ir.program import Program
 from egad.pytree import flatten, unflatten
 
-from . import runtime, schedule
+from . import index_checks, runtime, schedule
 from .cache import BuildCache, Entry, cache_key, shared_cache
 from .lower import lower
 from .targets import ResolvedTarget, device_source, resolve
@@ -64,6 +64,11 @@ class Compiled:
         first_tape = max(runtime._TAPES, default=0) + 1
         try:
             results = main(invoke, *tensors)
+        except IndexError as error:
+            found = index_checks.found_out_of_range(error)
+            if found is None:
+                raise
+            raise index_checks.out_of_range_error(self.program, found) from None
         finally:
             runtime.release_tapes(first_tape)
         values = _to_numpy(results, tensors)
@@ -246,7 +251,8 @@ def build_all(programs: list[Program], target="llvm", cache: BuildCache | None =
     keys = [cache_key(program, resolved) for program in programs]
     entries = [cache.get(key) for key in keys]
     first_of = {key: k for k, key in reversed(list(enumerate(keys)))}  # a program given twice is built once
-    modules = {k: lower(programs[k]) for k, entry in enumerate(entries) if entry is None and first_of[keys[k]] == k}
+    modules = {k: lower(programs[k], checks_in_kernels=resolved.is_cpu)
+               for k, entry in enumerate(entries) if entry is None and first_of[keys[k]] == k}
 
     def finish(k: int) -> Entry:
         entry = cache.put(keys[k], Entry(_compile(modules[k], resolved), modules[k].script(), "built"))

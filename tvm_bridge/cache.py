@@ -1,8 +1,9 @@
 """Built modules cached by program fingerprint and target, in memory and on disk.
 
 A key is the sha256 of the program's structural fingerprint (egad/ir/fingerprint.py),
-the TVM target, the egad and TVM versions and the source of this package (a change
-to a lowering must not reuse libraries built by the old one).
+the TVM target, the egad and TVM versions and the source of this package and of
+egad/ir/index_ranges.py (a change to a lowering must not reuse libraries built by
+the old one).
 
 On disk an entry is two files in the cache directory: `<key>.so` (the exported
 library) and `<key>.json` (its sha256 and the Relax text). Both are written to a
@@ -28,6 +29,7 @@ import tvm
 from tvm import relax
 
 import egad
+from egad.ir import index_ranges
 from egad.ir.fingerprint import fingerprint
 from egad.ir.program import Program
 
@@ -56,7 +58,8 @@ _SOURCE_HASH: list[str] = []
 def _bridge_source_hash() -> str:
     if not _SOURCE_HASH:
         digest = hashlib.sha256()
-        for path in sorted(pathlib.Path(__file__).parent.glob("*.py")):
+        # the lowering's own sources, and the IR analysis that decides its index checks
+        for path in [*sorted(pathlib.Path(__file__).parent.glob("*.py")), pathlib.Path(index_ranges.__file__)]:
             digest.update(path.read_bytes())
         _SOURCE_HASH.append(digest.hexdigest())
     return _SOURCE_HASH[0]

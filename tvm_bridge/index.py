@@ -1,5 +1,8 @@
-"""Lowering of take, update, index_add. Indices are wrapped (negative) and clamped,
-so compiled code never reads out of bounds (TVM's `take` "fast" mode would)."""
+"""Lowering of take, update, index_add. An index proved in range (egad/ir/index_ranges.py)
+is read as it is; one proved within numpy's negative wrap is wrapped; any other is
+checked where it runs and raises out of range (tvm_bridge/index_checks.py), so
+compiled code never reads out of bounds (TVM's `take` "fast" mode would) nor answers
+with a clamped row."""
 from __future__ import annotations
 
 import math
@@ -8,6 +11,9 @@ import numpy as np
 from tvm import relax, te
 from tvm import tirx as tir
 
+from egad.ir.index_ranges import IndexPlan, index_plan
+
+from . import index_checks
 from .registry import FunctionScope, lowers
 from .shape import axis_size, static_shape
 
@@ -21,28 +27,42 @@ R = relax.op
 FEW_TARGET_ROWS = 64
 
 
-def _in_range(bb, index, size):
-    """numpy's wrap of negative indices, then a clamp into [0, size). `size` is an
-    int, or an int64 scalar tensor for a symbolic axis."""
+def _index_for_rows(bb, binding, index, size):
+    """The index of index op `binding` ready to read rows of an axis of `size` (an int,
+    or an int64 scalar tensor for a symbolic axis): as it is when proved in range,
+    wrapped when proved within [-size, size), else checked (raising out of range) and
+    wrapped. One index into equal sizes is made ready once per function (a reverse loop
+    reads several stacked tables at its counter)."""
+    plan = index_plan(binding, FunctionScope.ranges)
+    if plan is IndexPlan.IN_RANGE:
+        return index if index.ty.dtype == "int64" else bb.emit(R.astype(index, "int64"))
+    key = (binding.inputs[1].uid, size if isinstance(size, int) else (binding.inputs[0].uid, binding.attrs.get("axis", 0)))
+    if key not in FunctionScope.indices:
+        FunctionScope.indices[key] = _ready(bb, plan, index, size, FunctionScope.sites[id(binding)])
+    return FunctionScope.indices[key]
+
+
+def _ready(bb, plan: IndexPlan, index, size, site: int):
+    if plan is IndexPlan.CHECK and FunctionScope.checks_in_kernels:
+        return index_checks.checked_in_kernel(bb, index, size, site)
+    if plan is IndexPlan.CHECK:
+        index_checks.checked_on_host(bb, index, size, site)
     dtype = "int64"
     index = bb.emit(R.astype(index, dtype))
     size = relax.const(size, dtype) if isinstance(size, int) else size
     wrapped = bb.emit(R.where(R.less(index, relax.const(0, dtype)), R.add(index, size), index))
+    if plan is IndexPlan.WRAPS:
+        return wrapped
+    # checked on the host already: the clamp only keeps the device's reads in bounds
     last = bb.emit(R.subtract(size, relax.const(1, dtype)))
-    return R.minimum(R.maximum(wrapped, relax.const(0, dtype)), last)
+    return bb.emit(R.minimum(R.maximum(wrapped, relax.const(0, dtype)), last))
 
 
 @lowers("take")
 def _take(bb, args, attrs, binding):
-    x, index = binding.inputs[:2]
     axis = attrs["axis"]
-    size = x.type.shape[axis]
-    # one index into equal sizes is wrapped once per function (a reverse loop reads
-    # several stacked tables at its counter)
-    key = (index.uid, size if isinstance(size, int) else (x.uid, axis))
-    if key not in FunctionScope.indices:
-        FunctionScope.indices[key] = bb.emit(_in_range(bb, args[1], axis_size(bb, args[0], x.type, axis)))
-    return R.take(args[0], FunctionScope.indices[key], axis=axis, mode="clip")
+    size = axis_size(bb, args[0], binding.inputs[0].type, axis)
+    return R.take(args[0], _index_for_rows(bb, binding, args[1], size), axis=axis, mode="clip")
 
 
 @lowers("index_add")
@@ -68,12 +88,12 @@ def _index_add(bb, args, attrs, binding):
     size = axis_size(bb, args[0], x_type, axis)
     if isinstance(size, int) and size <= FEW_TARGET_ROWS:
         width = math.prod(shape[k] for k in perm[1:])
-        index = bb.emit(R.reshape(bb.emit(_in_range(bb, args[1], size)), [-1]))
+        index = bb.emit(R.reshape(_index_for_rows(bb, binding, args[1], size), [-1]))
         summed = bb.emit_te(_sum_rows_by_index, index, bb.emit(R.reshape(values, [-1, width])), size,
                             primfunc_name_hint="index_sum")
         added = bb.emit(R.add(data, R.reshape(summed, [size] + [shape[k] for k in perm[1:]])))
     else:
-        added = bb.emit(R.scatter_elements(data, _row_indices(bb, args[1], size, values), values, axis=0,
+        added = bb.emit(R.scatter_elements(data, _row_indices(bb, binding, args[1], size, values), values, axis=0,
                                            reduction="add"))
     if not axis:
         return added
@@ -127,14 +147,15 @@ def _sum_rows_by_index(index, rows, size: int):
 def _update(bb, args, attrs, binding):
     row = bb.emit(R.expand_dims(args[2], 0))
     size = axis_size(bb, args[0], binding.inputs[0].type, 0)
-    return R.scatter_elements(args[0], _row_indices(bb, args[1], size, row), row, axis=0, reduction="update")
+    return R.scatter_elements(args[0], _row_indices(bb, binding, args[1], size, row), row, axis=0,
+                              reduction="update")
 
 
-def _row_indices(bb, index, size: int, rows):
+def _row_indices(bb, binding, index, size: int, rows):
     """Row indices (in range), one per row of `rows`, broadcast to its shape. The row
     count may be symbolic (rows stacked by a loop): a match_cast names it."""
     rest = [int(d) for d in rows.ty.shape.values[1:]]
     count = tir.Var("rows", "int64")
     bb.match_cast(rows, relax.TensorType([count, *rest], rows.ty.dtype))
-    flat = bb.emit(R.reshape(bb.emit(_in_range(bb, index, size)), [count] + [1] * len(rest)))
+    flat = bb.emit(R.reshape(_index_for_rows(bb, binding, index, size), [count] + [1] * len(rest)))
     return bb.emit(R.broadcast_to(flat, [count, *rest]))

@@ -16,6 +16,7 @@ from tvm import tirx as tir
 
 from egad.errors import UnsupportedError, message
 from egad.ir import ops
+from egad.ir.index_ranges import index_sites, integer_ranges
 from egad.ir.program import Binding, Program, Region
 from egad.ir.types import TapeType
 
@@ -201,13 +202,18 @@ def _tape_ops_at_the_ends(region: Region) -> tuple[list[Binding], list[Binding],
     return pops, [b for b in region.bindings if id(b) not in grouped], pushes
 
 
-def lower(program: Program):
-    """The Relax IRModule of `program` (its `main` returns a tuple of the flat results)."""
+def lower(program: Program, checks_in_kernels: bool = True):
+    """The Relax IRModule of `program` (its `main` returns a tuple of the flat results).
+    `checks_in_kernels`: index checks as CPU kernels calling back on an index out of
+    range, else as host calls (tvm_bridge/index_checks.py)."""
     FunctionScope.constants = known_constants(program.region)
+    FunctionScope.ranges = integer_ranges(program)
+    FunctionScope.sites = {id(binding): k for k, binding in enumerate(index_sites(program))}
+    FunctionScope.checks_in_kernels = checks_in_kernels
     try:
         return Lowering().module(program)
     finally:
-        FunctionScope.constants = {}
+        FunctionScope.constants, FunctionScope.ranges, FunctionScope.sites = {}, {}, {}
 
 
 def known_constants(region: Region, known: dict | None = None) -> dict:

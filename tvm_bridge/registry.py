@@ -25,13 +25,18 @@ class FunctionScope:
     symbolic shape reuses the function's own variable; and the program's known
     constants (IR var uid -> numpy value, tvm_bridge/lower.py `known_constants`), so a
     lowering can specialize on a constant operand even where decoding hoisted its
-    `const` out of the loop that reads it; and the indices wrapped and clamped so far
+    `const` out of the loop that reads it; the indices made ready so far
     (tvm_bridge/index.py), so takes at one index (a loop body's rows at its counter)
-    share one small kernel."""
+    share one small kernel; the program's integer ranges (IR var uid -> Interval,
+    egad/ir/index_ranges.py) and its index sites (id(binding) -> position), and
+    whether an index check can be a kernel (on the CPU) or is a host call."""
 
     symbols: dict = {}
     constants: dict = {}
     indices: dict = {}
+    ranges: dict = {}
+    sites: dict = {}
+    checks_in_kernels: bool = True
 
 
 def symbol_var(symbols: dict, name: str):

@@ -54,11 +54,15 @@ def test_module_size_does_not_depend_on_trip_count():
     assert texts[0] == texts[1]
 
 
-def test_out_of_range_traced_index_does_not_crash_compiled_code():
+def test_out_of_range_traced_index_raises_in_compiled_code_as_in_the_interpreter():
     program = egad.trace(lambda x, i: x[i], np.arange(4.0), 0)
     compiled = build(program)
     assert compiled(np.arange(4.0), 3) == 3.0 and compiled(np.arange(4.0), -1) == 3.0
-    assert compiled(np.arange(4.0), 10) in (0.0, 3.0)  # clamped: no crash (the interpreter raises)
+    for index in (4, 10, -5):
+        with pytest.raises(egad.IndexOutOfRangeError, match=f"index {index} is out of range"):
+            egad.interpret(program, np.arange(4.0), index)
+        with pytest.raises(egad.IndexOutOfRangeError, match=f"index {index} is out of range"):
+            compiled(np.arange(4.0), index)
 
 
 def test_hundred_thousand_iterations_run():
