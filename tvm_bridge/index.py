@@ -36,7 +36,8 @@ def _index_for_rows(bb, binding, index, size):
     plan = index_plan(binding, FunctionScope.ranges)
     if plan is IndexPlan.IN_RANGE:
         return index if index.ty.dtype == "int64" else bb.emit(R.astype(index, "int64"))
-    key = (binding.inputs[1].uid, size if isinstance(size, int) else (binding.inputs[0].uid, binding.attrs.get("axis", 0)))
+    table, at = binding.inputs[:2]
+    key = (at.uid, size if isinstance(size, int) else (table.uid, binding.attrs.get("axis", 0)))
     if key not in FunctionScope.indices:
         FunctionScope.indices[key] = _ready(bb, plan, index, size, FunctionScope.sites[id(binding)])
     return FunctionScope.indices[key]

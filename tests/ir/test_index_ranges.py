@@ -138,4 +138,5 @@ def test_every_value_the_interpreter_computes_lies_in_its_interval(name, program
     egad.interpret(program, *args)
     for uid, extremes in seen.items():
         lo, hi = min(e[0] for e in extremes), max(e[1] for e in extremes)
-        assert ranges[uid].lo <= lo and hi <= ranges[uid].hi, f"{name}: value {uid} took [{lo}, {hi}], outside the proved {ranges[uid]}"
+        assert ranges[uid].lo <= lo and hi <= ranges[uid].hi, \
+            f"{name}: value {uid} took [{lo}, {hi}], outside the proved {ranges[uid]}"

@@ -66,6 +66,24 @@ def test_a_loop_checks_each_row_it_reads_and_only_those():
     _both_raise(program, EMBED, tokens, 3, index=9)
 
 
+def walk(x, n):  # a counter carried by hand: loop state, checked at each read
+    return enp.sum(egad.while_loop(lambda s: s[0] < n, lambda s: (s[0] + 2, s[1] + x[s[0]]), (0, enp.zeros(3)))[1])
+
+
+def test_a_while_loop_checks_its_state_as_an_index():
+    program = egad.trace(walk, EMBED, 3)
+    _agree(program, EMBED, 6)  # reads rows 0, 2, 4
+    _both_raise(program, EMBED, 7, index=6)
+    optimized = egad.optimize(program, wrt=(0,))
+    with pytest.raises(egad.IndexOutOfRangeError, match="index 6 is out of range"):
+        optimized(EMBED, 7)
+
+
+@pytest.mark.parametrize("shape", [(0,), (0, 2)])
+def test_no_indices_read_no_rows(shape):
+    _agree(egad.trace(lookup, EMBED, np.zeros(shape, np.int64)), EMBED, np.zeros(shape, np.int64))
+
+
 def test_a_branch_not_taken_does_not_check():
     program = egad.trace(lambda E, p, i: egad.cond(p, lambda: E[i], lambda: E[0]), EMBED, True, 1)
     _agree(program, EMBED, False, 11)
