@@ -22,6 +22,7 @@ from egad.egraph.enode import ClassId, ENode, children
 from egad.egraph.placement import CONTROL_HEADS, is_effect
 from egad.ir.types import TensorType
 
+from .loop_body import copy_recorder
 from .patterns import int_constant
 from .registry import family
 
@@ -79,6 +80,7 @@ def _unroll(view, loop: ENode, gets: dict[int, ClassId]) -> bool:
     if any(not isinstance(t, TensorType) or not t.is_static for t in ys_types):
         return False
 
+    record = copy_recorder(view)  # each copy keeps the user's line of the body node it copies
     state = list(inits)
     steps = [[] for _ in ys_types]  # per ys: (counter, value) of each step
     counters = range(hi_value - 1, lo_value - 1, -1) if view.attrs(attrs_class).get("reverse") else \
@@ -92,9 +94,10 @@ def _unroll(view, loop: ENode, gets: dict[int, ClassId]) -> bool:
             if cid not in copies:
                 node = body[cid]
                 if node.head == "Arg":
-                    copies[cid] = ENode("Scalar", ("int64", counter)) if node.args[1] == 0 else state[node.args[1] - 1]
+                    copies[cid] = record(cid, ENode("Scalar", ("int64", counter))) if node.args[1] == 0 \
+                        else state[node.args[1] - 1]
                 else:
-                    copies[cid] = ENode(node.head, tuple(_substitute(arg, copy) for arg in node.args))
+                    copies[cid] = record(cid, ENode(node.head, tuple(_substitute(arg, copy) for arg in node.args)), node)
             return copies[cid]
 
         new_state = [copy(c) for c in results[:n_state]]

@@ -30,10 +30,12 @@ FEW_TARGET_ROWS = 64
 def _index_for_rows(bb, binding, index, size):
     """The index of index op `binding` ready to read rows of an axis of `size` (an int,
     or an int64 scalar tensor for a symbolic axis): as it is when proved in range,
-    wrapped when proved within [-size, size), else checked (raising out of range) and
-    wrapped. One index into equal sizes is made ready once per function (a reverse loop
+    wrapped when proved (or checked before its loop) within [-size, size), else checked
+    (raising out of range) and wrapped. One index into equal sizes is made ready once per function (a reverse loop
     reads several stacked tables at its counter)."""
     plan = index_plan(binding, FunctionScope.ranges)
+    if plan is IndexPlan.CHECK and id(binding) in FunctionScope.hoisted_sites:
+        plan = IndexPlan.WRAPS  # checked before its loop, once for all trips
     if plan is IndexPlan.IN_RANGE:
         return index if index.ty.dtype == "int64" else bb.emit(R.astype(index, "int64"))
     table, at = binding.inputs[:2]

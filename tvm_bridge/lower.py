@@ -16,11 +16,12 @@ from tvm import tirx as tir
 
 from egad.errors import UnsupportedError, message
 from egad.ir import ops
-from egad.ir.index_ranges import index_sites, integer_ranges
+from egad.ir.index_ranges import hoisted_checks, index_sites, integer_ranges
 from egad.ir.program import Binding, Program, Region
 from egad.ir.types import TapeType
 
 from . import creation, elementwise, index, linalg, nn, reduction, shape  # noqa: F401 (register lowerings)
+from . import index_checks
 from .reduction import empty_reduction
 from .registry import LOWERINGS, FunctionScope, symbol_var
 
@@ -133,6 +134,9 @@ class Lowering:
         return self._unpack(choice, len(binding.outputs))
 
     def _for(self, binding: Binding, args, invoke):
+        for check in FunctionScope.hoisted.get(id(binding), ()):  # once for all trips (index_ranges.py)
+            table = args[[v.uid for v in binding.inputs].index(check.table.uid)]
+            index_checks.checked_on_host(self.bb, table, check.size, FunctionScope.sites[id(check.site)])
         n_state = binding.attrs["n_state"]
         (body,) = binding.regions
         ys = [v.type for v in binding.outputs[n_state:]]
@@ -209,11 +213,15 @@ def lower(program: Program, checks_in_kernels: bool = True):
     FunctionScope.constants = known_constants(program.region)
     FunctionScope.ranges = integer_ranges(program)
     FunctionScope.sites = {id(binding): k for k, binding in enumerate(index_sites(program))}
+    FunctionScope.hoisted = hoisted_checks(program, FunctionScope.ranges)
+    FunctionScope.hoisted_sites = frozenset(id(check.site) for checks in FunctionScope.hoisted.values()
+                                            for check in checks)
     FunctionScope.checks_in_kernels = checks_in_kernels
     try:
         return Lowering().module(program)
     finally:
-        FunctionScope.constants, FunctionScope.ranges, FunctionScope.sites = {}, {}, {}
+        FunctionScope.constants, FunctionScope.ranges, FunctionScope.sites, FunctionScope.hoisted = {}, {}, {}, {}
+        FunctionScope.hoisted_sites = frozenset()
 
 
 def known_constants(region: Region, known: dict | None = None) -> dict:

@@ -28,14 +28,18 @@ class FunctionScope:
     `const` out of the loop that reads it; the indices made ready so far
     (tvm_bridge/index.py), so takes at one index (a loop body's rows at its counter)
     share one small kernel; the program's integer ranges (IR var uid -> Interval,
-    egad/ir/index_ranges.py) and its index sites (id(binding) -> position), and
-    whether an index check can be a kernel (on the CPU) or is a host call."""
+    egad/ir/index_ranges.py), its index sites (id(binding) -> position), the checks
+    run once before a loop rather than once a trip (id(for binding) -> HoistedChecks)
+    and the sites they cover, and whether an index check can be a kernel (on the CPU)
+    or is a host call."""
 
     symbols: dict = {}
     constants: dict = {}
     indices: dict = {}
     ranges: dict = {}
     sites: dict = {}
+    hoisted: dict = {}
+    hoisted_sites: frozenset = frozenset()
     checks_in_kernels: bool = True
 
 

@@ -128,10 +128,14 @@ class Editor:
             if isinstance(result, Handle) and not isinstance(self.keys.get(cid), Handle):
                 self.keys[cid] = result
 
-    def union(self, cid: ClassId, node: ENode | ClassId, site: RuleSite) -> None:
+    def union(self, cid: ClassId, node: ENode | ClassId | Handle, site: RuleSite) -> None:
         """Queue: the class `cid` also holds `node` (fields as for `record`), introduced by
-        `site`; or, for a class id, the two classes are one."""
-        stable = self.form(node) if isinstance(node, ClassId) else self.record(node, site, like=cid)
+        `site`; or, for a class id or the handle `record` returned for a node, the two
+        classes are one."""
+        if isinstance(node, Handle):
+            stable = node
+        else:
+            stable = self.form(node) if isinstance(node, ClassId) else self.record(node, site, like=cid)
         self._commands.append(bindings.ActionCommand(bindings.Union(_SPAN, _expr(self.keys[cid]), _expr(stable))))
 
     def set_value(self, function: str, key: ClassId | int | str, value) -> None:

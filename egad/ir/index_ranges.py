@@ -82,19 +82,66 @@ def index_plan(binding: Binding, ranges: dict[int, Interval]) -> IndexPlan:
     return IndexPlan.CHECK
 
 
+@dataclasses.dataclass(frozen=True)
+class HoistedCheck:
+    """An index check run once before a `for` loop instead of once a trip: the loop reads
+    every row of `table` (an input of the loop, at its counter, from 0 over all of
+    table's rows), and `site` (a take in the body, not under a branch) reads rows of an
+    axis of `size` at each such row. Checking all of `table`'s elements against `size`
+    before the loop finds the same out-of-range index the trips would."""
+
+    table: object  # the Var, an input of the loop binding
+    size: int
+    site: Binding
+
+
+def hoisted_checks(program: Program, ranges: dict[int, Interval]) -> dict[int, list[HoistedCheck]]:
+    """id(for binding) -> the checks of its body's index ops that run once, before it.
+    The body's index ops named there need no check of their own (their index is then
+    known within [-size, size))."""
+    hoisted: dict[int, list[HoistedCheck]] = {}
+    for binding in _bindings(program.region):
+        if binding.op == "for":
+            checks = _hoistable(binding, ranges)
+            if checks:
+                hoisted[id(binding)] = checks
+    return hoisted
+
+
+def _hoistable(loop: Binding, ranges: dict) -> list[HoistedCheck]:
+    n_state, (body,) = loop.attrs["n_state"], loop.regions
+    lo, hi = ranges.get(loop.inputs[0].uid), ranges.get(loop.inputs[1].uid)
+    if lo != Interval(0, 0) or hi is None or hi.lo != hi.hi:
+        return []
+    counter, fed_by = body.params[0], dict(zip((p.uid for p in body.params[1 + n_state:]), loop.inputs[2 + n_state:]))
+    rows_read = {}  # body var uid -> the loop input whose every row it is, one a trip
+    for binding in body.bindings:
+        x, at = (binding.inputs + (None, None))[:2]
+        if binding.op == "take" and binding.attrs["axis"] == 0 and at is counter and x.uid in fed_by \
+                and x.type.shape[0] == hi.hi:
+            rows_read[binding.outputs[0].uid] = fed_by[x.uid]
+    checks = []
+    for binding in body.bindings:
+        if binding.op != "take" or binding.inputs[1].uid not in rows_read:
+            continue
+        size = binding.inputs[0].type.shape[binding.attrs["axis"]]
+        if isinstance(size, int) and index_plan(binding, ranges) is IndexPlan.CHECK:
+            checks.append(HoistedCheck(rows_read[binding.inputs[1].uid], size, binding))
+    return checks
+
+
+def _bindings(region: Region) -> Iterator[Binding]:
+    for binding in region.bindings:
+        yield binding
+        for sub in binding.regions:
+            yield from _bindings(sub)
+
+
 def index_sites(program: Program) -> list[Binding]:
     """The index ops of `program` in a fixed walk order (regions depth first): a
     compiled check names its op by position here, the same in every program of one
     structure (built modules are shared by structure: tvm_bridge/cache.py)."""
-    return list(_index_bindings(program.region))
-
-
-def _index_bindings(region: Region) -> Iterator[Binding]:
-    for binding in region.bindings:
-        if binding.op in INDEX_OPS:
-            yield binding
-        for sub in binding.regions:
-            yield from _index_bindings(sub)
+    return [binding for binding in _bindings(program.region) if binding.op in INDEX_OPS]
 
 
 # --- the analysis ---------------------------------------------------------------------------

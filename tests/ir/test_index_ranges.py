@@ -10,7 +10,7 @@ import egad
 import egad.interp
 import egad.nn as enn
 import egad.numpy as enp
-from egad.ir.index_ranges import Interval, IndexPlan, index_plan, index_sites, integer_ranges
+from egad.ir.index_ranges import Interval, IndexPlan, hoisted_checks, index_plan, index_sites, integer_ranges
 from tests.ad.gradcheck import scalar_loss, to_float64
 from tests.programs import all_programs
 
@@ -93,6 +93,29 @@ def test_arithmetic_that_could_wrap_around_proves_nothing():
     assert _plans(program)[-1] == IndexPlan.IN_RANGE
     program = _traced(lambda x: x[(enp.argmax(x[0]).astype("int32") + big) * np.int32(4)], TABLE)
     assert _plans(program)[-1] == IndexPlan.CHECK
+
+
+def embed_scan(E, tokens):
+    return egad.scan(lambda h, tok: (h + E[tok], enp.sum(h)), enp.zeros((2, 3)), tokens)[1]
+
+
+def _hoisted(program) -> list:
+    return [(check.size, check.site.op) for checks in hoisted_checks(program, integer_ranges(program)).values()
+            for check in checks]
+
+
+def test_a_loop_over_every_row_of_a_token_table_checks_it_once_before():
+    E, tokens = np.ones((7, 3)), np.zeros((4, 2), np.int64)
+    assert _hoisted(_traced(embed_scan, E, tokens)) == [(7, "take")]
+    fewer = _traced(lambda E, t: egad.fori_loop(0, 3, lambda i, h: h + E[t[i]], enp.zeros((2, 3))), E, tokens)
+    assert _hoisted(fewer) == []  # row 3 is never read: checking it could raise where the loop does not
+    traced_bound = _traced(lambda E, t, n: egad.fori_loop(0, n, lambda i, h: h + E[t[i]], enp.zeros((2, 3))),
+                           E, tokens, 4)
+    assert _hoisted(traced_bound) == []
+
+    def branchy(E, t):  # the lookup runs on some trips only
+        return egad.fori_loop(0, 4, lambda i, h: egad.cond(i > 1, lambda: h + E[t[i]], lambda: h), enp.zeros((2, 3)))
+    assert _hoisted(_traced(branchy, E, tokens)) == []
 
 
 # --- soundness against the interpreter -------------------------------------------------------------

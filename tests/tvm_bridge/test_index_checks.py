@@ -84,6 +84,25 @@ def test_no_indices_read_no_rows(shape):
     _agree(egad.trace(lookup, EMBED, np.zeros(shape, np.int64)), EMBED, np.zeros(shape, np.int64))
 
 
+def embed_scan(E, W, tokens):
+    return enp.sum(egad.scan(lambda h, tok: (enp.tanh(E[tok] + h @ W), h), enp.zeros((2, 3)), tokens)[1])
+
+
+@pytest.mark.parametrize("steps", [4, 40])  # short loops are unrolled by `optimize`
+def test_token_rows_read_by_a_scan_are_checked_once_before_it(steps):
+    W, tokens = np.eye(3) * 0.5, np.arange(2 * steps).reshape(steps, 2) % 5
+    program = egad.trace(embed_scan, EMBED, W, tokens)
+    compiled = build(program)
+    assert "check_index" not in compiled.relax_text and compiled.relax_text.count("egad.check_indices") == 1
+    _agree(program, EMBED, W, tokens)
+    bad = tokens.copy()
+    bad[steps // 2, 1] = 5
+    _both_raise(program, EMBED, W, bad, index=5)
+    optimized = egad.optimize(program, wrt=(0, 1))
+    with pytest.raises(egad.IndexOutOfRangeError, match=r"index 5 is out of range(.|\n)*test_index_checks.py"):
+        optimized(EMBED, W, bad)
+
+
 def test_a_branch_not_taken_does_not_check():
     program = egad.trace(lambda E, p, i: egad.cond(p, lambda: E[i], lambda: E[0]), EMBED, True, 1)
     _agree(program, EMBED, False, 11)
