@@ -97,7 +97,8 @@ def _unroll(view, loop: ENode, gets: dict[int, ClassId]) -> bool:
                     copies[cid] = record(cid, ENode("Scalar", ("int64", counter))) if node.args[1] == 0 \
                         else state[node.args[1] - 1]
                 else:
-                    copies[cid] = record(cid, ENode(node.head, tuple(_substitute(arg, copy) for arg in node.args)), node)
+                    copied = ENode(node.head, tuple(_substitute(arg, copy) for arg in node.args))
+                    copies[cid] = record(cid, copied, node)
             return copies[cid]
 
         new_state = [copy(c) for c in results[:n_state]]

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from .program import Binding, Program, Region
+from .program import Binding, Program, Region, Var
 
 INDEX_OPS = ("take", "update", "index_add")
 
@@ -90,7 +90,7 @@ class HoistedCheck:
     axis of `size` at each such row. Checking all of `table`'s elements against `size`
     before the loop finds the same out-of-range index the trips would."""
 
-    table: object  # the Var, an input of the loop binding
+    table: Var  # an input of the loop binding
     size: int
     site: Binding
 
