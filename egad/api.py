@@ -137,10 +137,13 @@ class Optimized:
                 self.timings[phase] = self.timings.get(phase, 0.0) + seconds
             program = optimization.program
         compared = optimization is not None and program is not original and runs_here
+        examples_raise = False  # an index out of range in the example inputs, say: nothing to time
         if compared:  # both builds, side by side
             compiled, baseline = self._compile(program, original)
             started = time.perf_counter()
-            mismatch = results_differ(outcome(lambda: compiled(*examples)), outcome(lambda: baseline(*examples)))
+            got = outcome(lambda: compiled(*examples))
+            examples_raise = isinstance(got, Exception)
+            mismatch = results_differ(got, outcome(lambda: baseline(*examples)))
             seconds = time.perf_counter() - started
             self.timings["check"] = self.timings.get("check", 0.0) + seconds
             optimization = dataclasses.replace(optimization, timings={**optimization.timings, "check": seconds})
@@ -151,8 +154,9 @@ class Optimized:
                 compiled, program = baseline, original
         else:
             (compiled,) = self._compile(program)
-        if compared and program is not original:
-            # never worse than doing nothing, measured: the cost model's guess is not the last word
+        # never worse than doing nothing, measured: the cost model's guess is not the last word (inputs
+        # that raise in both programs time nothing; the call raises once built)
+        if compared and program is not original and not examples_raise:
             started = time.perf_counter()
             optimized_seconds, original_seconds = _time_side_by_side(compiled, baseline, examples)
             optimization = dataclasses.replace(optimization, measured=(optimized_seconds, original_seconds))

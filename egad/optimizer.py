@@ -30,6 +30,7 @@ from .critical_path import LoopPath, critical_paths
 from .cost_model import target_constants
 from .errors import EgadError
 from .ir.fingerprint import fingerprint
+from .ir.index_ranges import check_summary
 from .ir.program import Program
 from .pytree import flatten
 
@@ -85,6 +86,7 @@ class Optimization:
                        f"{original * 1e3:.3g} ms original ({original / optimized:.2f}x)")
         if self.memory:
             out.append(f"  memory: {self.memory}")
+        out.append(f"  index reads in compiled code: {check_summary(self.program)}")
         if "check" not in self.timings and not self.fallback:
             out.append("  check against the original: not run (no example inputs, or check=False)")
         out.append(f"  fallback: {self.fallback}" if self.fallback else "  fallback: none")

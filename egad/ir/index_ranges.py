@@ -18,6 +18,7 @@ anything computed from floats.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import enum
 from collections.abc import Iterator
@@ -135,6 +136,18 @@ def _bindings(region: Region) -> Iterator[Binding]:
         yield binding
         for sub in binding.regions:
             yield from _bindings(sub)
+
+
+def check_summary(program: Program) -> str:
+    """How compiled code handles `program`'s indices, for reports: e.g. "12 proved in
+    range, 1 checked once before its loop, 2 checked where they run"."""
+    ranges = integer_ranges(program)
+    before = {id(check.site) for checks in hoisted_checks(program, ranges).values() for check in checks}
+    counts = collections.Counter("before" if id(binding) in before else index_plan(binding, ranges).value
+                                 for binding in index_sites(program))
+    labels = {"in range": "proved in range", "wraps": "proved in range after wrapping negatives",
+              "before": "checked once before their loop", "check": "checked where they run"}
+    return ", ".join(f"{counts[key]} {label}" for key, label in labels.items() if counts[key]) or "none"
 
 
 def index_sites(program: Program) -> list[Binding]:

@@ -101,6 +101,10 @@ def test_token_rows_read_by_a_scan_are_checked_once_before_it(steps):
     optimized = egad.optimize(program, wrt=(0, 1))
     with pytest.raises(egad.IndexOutOfRangeError, match=r"index 5 is out of range(.|\n)*test_index_checks.py"):
         optimized(EMBED, W, bad)
+    np.testing.assert_allclose(optimized(EMBED, W, tokens)[0], egad.interpret(program, EMBED, W, tokens))
+    assert optimized.builds == 1  # a first call that raised still optimized and built once for good
+    (summary,) = [line for line in optimized.report().splitlines() if "index reads in compiled code" in line]
+    assert ("checked once before their loop" in summary) == (steps == 40)  # 4 steps: unrolled, no loop
 
 
 def test_a_branch_not_taken_does_not_check():
