@@ -224,9 +224,9 @@ def schedule_matmul(sch: s_tir.Schedule, lanes_of: "VectorLanes") -> bool:
     output = sch.get(main.block_rv).writes[0].source
     tiles = _tile_matmul(sch, main.block_rv, axes, lanes_of(output.dtype))
     for block in others:
-        if _reads_buffer(sch, block, output):
+        if _reads_buffer(sch, block, output) and _is_pointwise_on(sch, block, output):
             _schedule_epilogue(sch, block, tiles, lanes_of(output.dtype))
-        else:
+        else:  # after the whole product, at the root
             _parallel_vectorize(sch, block, lanes_of)
     sch.decompose_reduction(main.block_rv, tiles.first_depth_loop)
     return True
@@ -713,6 +713,33 @@ def _inline_injective(sch, blocks) -> None:
 
 def _reads_buffer(sch, block, buffer) -> bool:
     return any(region.source.same_as(buffer) for region in sch.get(block).reads)
+
+
+def _is_pointwise_on(sch, block, buffer) -> bool:
+    """Whether `block` writes one buffer of `buffer`'s shape, reading `buffer` only at the
+    point it writes: an epilogue that can run tile by tile. TVM's reverse_compute_at and
+    reverse_compute_inline place a consumer's points where the producer's tile reaches
+    them; a consumer with more points (the product added into some columns of a larger
+    gradient: `zeros(5, 15)` with `h.T @ g` in columns 0-4) would leave the others unwritten."""
+    statement = sch.get(block)
+    if len(statement.writes) != 1:
+        return False
+    write = statement.writes[0]
+    if not _same_shape(write.source.shape, buffer.shape):
+        return False
+    written_at = [axis.min for axis in write.region]
+    return all(len(region.region) == len(written_at)
+               and all(_is_unit_extent(axis.extent) and tvm_ffi.structural_equal(axis.min, at)
+                       for axis, at in zip(region.region, written_at))
+               for region in statement.reads if region.source.same_as(buffer))
+
+
+def _same_shape(a, b) -> bool:
+    return len(a) == len(b) and all(tvm_ffi.structural_equal(x, y) for x, y in zip(a, b))
+
+
+def _is_unit_extent(extent) -> bool:
+    return isinstance(extent, tirx.IntImm) and extent.value == 1
 
 
 def _is_data_movement(block) -> bool:

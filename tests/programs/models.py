@@ -72,6 +72,37 @@ def rnn_tanh_args(rng):
     )
 
 
+# --- tanh RNN with its weights packed in one matrix ------------------------------------------
+
+
+def packed_rnn_fn(P, xs, h0):
+    """The tanh RNN with both weights in one parameter, read as column slices: P = [U | unused | W].
+    Its gradient adds each slice's product into some columns of a zero (H, 3H) matrix."""
+    H = h0.shape[1]
+
+    def step(t, h):
+        return enp.tanh(xs[t] @ P[:, :H] + h @ P[:, 2 * H:])
+
+    h = egad.fori_loop(0, xs.shape[0], step, h0)
+    return enp.sum(h * h)
+
+
+def packed_rnn_ref(P, xs, h0):
+    H = h0.shape[1]
+    h = h0
+    for t in range(xs.shape[0]):
+        h = np.tanh(xs[t] @ P[:, :H] + h @ P[:, 2 * H:])
+    return np.sum(h * h)
+
+
+def packed_rnn_args(rng):
+    return (
+        _normal(rng, (5, 15), 0.4, np.float32),
+        _normal(rng, (4, 3, 5), 1.0, np.float32),
+        _normal(rng, (3, 5), 0.5, np.float32),
+    )
+
+
 # --- LSTM over time with scan ---------------------------------------------------------------
 
 
@@ -379,6 +410,9 @@ def moe_topk_args(rng):
 PROGRAMS = [
     CorpusProgram("rnn_tanh", rnn_tanh_fn, rnn_tanh_ref, rnn_tanh_args,
                   differentiable_argnums=(0, 1, 2, 3), rtol=F32_RTOL, tags=("rnn", "fori", "float32", "matmul")),
+    CorpusProgram("packed_rnn", packed_rnn_fn, packed_rnn_ref, packed_rnn_args,
+                  differentiable_argnums=(0, 1, 2), rtol=F32_RTOL,
+                  tags=("rnn", "fori", "float32", "matmul", "static-slice", "packed-weights")),
     CorpusProgram("lstm", lstm_fn, lstm_ref, lstm_args,
                   differentiable_argnums=(0, 1, 2, 3, 4, 5),
                   tags=("lstm", "scan", "ys", "static-slice", "sigmoid", "pytree-state", "mean")),

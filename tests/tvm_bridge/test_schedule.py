@@ -313,6 +313,24 @@ def test_a_sum_only_the_epilogue_reads_is_inlined_into_it_and_the_product_schedu
     check_against_interpreter(sum_then_product, *args)
 
 
+def two_column_blocks(W, h):
+    return enp.sum(h @ W[:, :64]) + enp.sum(h @ W[:, 128:])
+
+
+def test_a_product_added_into_some_columns_of_a_larger_gradient_is_computed_whole():
+    """W's gradient adds `h.T @ g` into columns 0-63 (then 128-191) of zeros(64, 192); FuseOps
+    puts that scatter in the product's function. It is not an epilogue of the product's tiles
+    (they reach columns 0-63 only): run tile by tile, columns 64-191 were never written."""
+    args = (f32(64, 192), f32(32, 64))
+    gradient = egad.value_and_grad(egad.trace(two_column_blocks, *args), wrt=0)
+    target = resolve("llvm").tvm_target
+    with tvm.target.Target(target):
+        module = schedule.relax_pipeline(target)(lower(gradient))
+    assert "matmul-tiled-packed" in rules_applied(
+        {gv.name_hint: func for gv, func in module.functions_items() if isinstance(func, tirx.PrimFunc)})
+    assert_trees_close(built(gradient)(*args), egad.interpret(gradient, *args), 1e-4, "two column blocks")
+
+
 def test_elementwise_function_is_parallel_and_vectorized():
     funcs = scheduled_prim_funcs(scaled_tanh, f32(300, 256), f32(256))
     (func,) = funcs.values()
