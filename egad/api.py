@@ -19,10 +19,11 @@ import time
 
 import numpy as np
 
-from .errors import ArgumentError, message
+from .errors import ArgumentError, EgadError, message
 from .ir.program import Program
 from .ir.types import TensorType
-from .pytree import flatten, unflatten
+from .pytree import flatten, leaf_paths, unflatten
+from .source import raised_at
 
 
 class Optimized:
@@ -88,7 +89,7 @@ class Optimized:
             program = self.traced  # not retraceable: the call reports the mismatch
             key = None
         else:
-            program = self.traced.retrace(*_retrace_args(self.traced, args))
+            program = _retraced(self.traced, args)
         given = self.example_args is not None and program is self.traced  # example_args are for the traced shapes
         compiled = self._build(program, self.example_args if given else args)
         if key is not None:
@@ -363,6 +364,43 @@ def _static_key(value):
             f"a static argument of type {type(value).__name__} is not hashable, so egad.optimize cannot tell "
             "whether it changed between calls",
             instead="pass static arguments as hashable values (tuples, numbers, strings)")) from None
+
+
+def _retraced(program: Program, args) -> Program:
+    """`program` traced again for the shapes of `args` (its function as written, for
+    arrays of new shapes). A leaf whose rank differs from a param declared with symbolic
+    dims (an egad.Spec) is refused, as the interpreter refuses it: the Spec fixed the
+    rank. An error of the function itself on the new shapes (not egad's own errors,
+    which name the user's line already) is reported with the shapes that caused it."""
+    changed = []
+    for path, leaf, traced in _array_leaves(program, args):
+        shape = _shape_of(leaf)
+        symbolic = any(isinstance(d, str) for d in traced.shape)
+        if symbolic and len(shape) != traced.ndim:
+            raise ArgumentError(message(
+                f"{path} has shape {shape}: rank {len(shape)} where rank {traced.ndim} was expected (traced as "
+                f"{traced})", instead="pass an array of the rank its egad.Spec declares, or trace again with a Spec of that rank"))
+        if len(shape) != traced.ndim or any(isinstance(d, int) and d != s for d, s in zip(traced.shape, shape)):
+            changed.append(f"{path} has shape {shape}, traced as {traced}")
+    try:
+        return program.retrace(*_retrace_args(program, args))
+    except EgadError:
+        raise
+    except Exception as error:  # noqa: BLE001 - the user's function failed on the new shapes: say which
+        raise ArgumentError(message(
+            f"{program.name} was traced again for new argument shapes ({'; '.join(changed) or 'new static values'}) "
+            f"and raised {type(error).__name__}: {error}", where=raised_at(error).long(),
+            instead="pass arguments of the traced shapes, or make the function work for these shapes "
+                    "(an egad.Spec with symbolic dims declares which may vary)")) from error
+
+
+def _array_leaves(program: Program, args):
+    """(path, leaf, the param type it binds) of every array leaf of `args`, whose structure
+    fits the program's (static arguments skipped: a new static value is traced again)."""
+    types = iter(program.param_types)
+    for k, (arg, tree) in enumerate(zip(args, program.signature.trees)):
+        if tree is not None:
+            yield from ((path, leaf, next(types)) for path, leaf in zip(leaf_paths(tree, f"argument {k}"), flatten(arg)[0]))
 
 
 def _retrace_args(program: Program, args) -> list:

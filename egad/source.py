@@ -5,6 +5,8 @@ import contextlib
 import dataclasses
 import os
 import sys
+import sysconfig
+import traceback
 
 _EGAD_DIR = os.path.dirname(os.path.abspath(__file__))
 # Modules inside the package that are user programs, not library machinery.
@@ -71,3 +73,18 @@ def _user_function_name(frame) -> str:
         while frame is not None and _is_internal(frame.f_code.co_filename):
             frame = frame.f_back
     return frame.f_code.co_name if frame is not None else ""
+
+
+# Python's own library and installed packages (numpy's checks raise from inside numpy):
+# never the user's line where an exception was raised.
+_LIBRARY_DIRS = tuple({os.path.abspath(sysconfig.get_paths()[key]) + os.sep for key in ("stdlib", "purelib", "platlib")})
+
+
+def raised_at(error: BaseException) -> SourceLoc:
+    """The innermost frame of `error`'s traceback in the user's code: outside egad,
+    Python's library and installed packages. UNKNOWN when there is none."""
+    for frame in reversed(traceback.extract_tb(error.__traceback__)):
+        filename = os.path.abspath(frame.filename) if not frame.filename.startswith("<") else frame.filename
+        if not _is_internal(filename) and not filename.startswith(_LIBRARY_DIRS):
+            return SourceLoc(frame.filename, frame.lineno or 0, frame.name)
+    return UNKNOWN

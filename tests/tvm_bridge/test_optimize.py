@@ -126,6 +126,23 @@ def test_a_program_that_cannot_be_traced_again_reports_the_shape():
         f(W, XS[:4], H0)
 
 
+def test_a_spec_fixes_the_rank_a_new_call_may_have():
+    f = egad.optimize(egad.trace(_loss, W, egad.Spec(("T", 2, 3), "float64"), H0), wrt=(0,))
+    with pytest.raises(egad.ArgumentError, match=r"argument 1 has shape \(6, 2\): rank 2 where rank 3 was expected"):
+        f(W, XS[:, :, 0], H0)
+
+
+def _features(xs):
+    return enp.sum(xs.reshape((xs.shape[0], xs.shape[1] * xs.shape[2])))  # needs rank 3
+
+
+def test_a_function_that_fails_on_new_shapes_is_reported_with_them_and_its_line():
+    f = egad.optimize(egad.trace(_features, XS), wrt=None)
+    with pytest.raises(egad.ArgumentError, match=r"(?s)argument 0 has shape \(6, 2\), traced as f64\[6,2,3\].*"
+                                                 r"IndexError.*test_optimize\.py:\d+ \(in _features\)"):
+        f(XS[:, :, 0])
+
+
 class _DLPackOnly:
     """An array offered only through DLPack (like a torch or cupy tensor)."""
 
