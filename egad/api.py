@@ -379,7 +379,8 @@ def _retraced(program: Program, args) -> Program:
         if symbolic and len(shape) != traced.ndim:
             raise ArgumentError(message(
                 f"{path} has shape {shape}: rank {len(shape)} where rank {traced.ndim} was expected (traced as "
-                f"{traced})", instead="pass an array of the rank its egad.Spec declares, or trace again with a Spec of that rank"))
+                f"{traced})",
+                instead="pass an array of the rank its egad.Spec declares, or trace again with a Spec of that rank"))
         if len(shape) != traced.ndim or any(isinstance(d, int) and d != s for d, s in zip(traced.shape, shape)):
             changed.append(f"{path} has shape {shape}, traced as {traced}")
     try:
@@ -400,7 +401,8 @@ def _array_leaves(program: Program, args):
     types = iter(program.param_types)
     for k, (arg, tree) in enumerate(zip(args, program.signature.trees)):
         if tree is not None:
-            yield from ((path, leaf, next(types)) for path, leaf in zip(leaf_paths(tree, f"argument {k}"), flatten(arg)[0]))
+            paths = leaf_paths(tree, f"argument {k}")
+            yield from ((path, leaf, next(types)) for path, leaf in zip(paths, flatten(arg)[0]))
 
 
 def _retrace_args(program: Program, args) -> list:

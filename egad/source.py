@@ -77,7 +77,8 @@ def _user_function_name(frame) -> str:
 
 # Python's own library and installed packages (numpy's checks raise from inside numpy):
 # never the user's line where an exception was raised.
-_LIBRARY_DIRS = tuple({os.path.abspath(sysconfig.get_paths()[key]) + os.sep for key in ("stdlib", "purelib", "platlib")})
+_LIBRARY_DIRS = tuple({os.path.abspath(sysconfig.get_paths()[key]) + os.sep
+                       for key in ("stdlib", "purelib", "platlib")})
 
 
 def raised_at(error: BaseException) -> SourceLoc:
