@@ -139,25 +139,28 @@ class Optimized:
             program = optimization.program
         compared = optimization is not None and program is not original and runs_here
         examples_raise = False  # an index out of range in the example inputs, say: nothing to time
+        verdict = None  # what the check found where the two builds differ
         if compared:  # both builds, side by side
             compiled, baseline = self._compile(program, original)
             started = time.perf_counter()
             got = outcome(lambda: compiled(*examples))
             examples_raise = isinstance(got, Exception)
-            mismatch = results_differ(got, outcome(lambda: baseline(*examples)))
+            mismatch = results_differ(got, want := outcome(lambda: baseline(*examples)))
+            # which build is right where they differ: the interpreter decides
+            keep_optimized, verdict = (True, None) if mismatch is None else \
+                _judge_mismatch(mismatch, got, want, original, examples)
             seconds = time.perf_counter() - started
             self.timings["check"] = self.timings.get("check", 0.0) + seconds
-            optimization = dataclasses.replace(optimization, timings={**optimization.timings, "check": seconds})
-            if mismatch is not None:
-                optimization.fallback = (f"the optimized program's results differ from the original's on the "
-                                         f"example inputs ({mismatch}; both built and run); the original program "
-                                         f"is built")
+            optimization = dataclasses.replace(optimization, timings={**optimization.timings, "check": seconds},
+                                               checked=verdict if keep_optimized else None)
+            if not keep_optimized:
+                optimization.fallback = verdict
                 compiled, program = baseline, original
         else:
             (compiled,) = self._compile(program)
         # never worse than doing nothing, measured: the cost model's guess is not the last word (inputs
         # that raise in both programs time nothing; the call raises once built)
-        if compared and program is not original and not examples_raise:
+        if compared and program is not original and not examples_raise and verdict is None:
             started = time.perf_counter()
             optimized_seconds, original_seconds = _time_side_by_side(compiled, baseline, examples)
             optimization = dataclasses.replace(optimization, measured=(optimized_seconds, original_seconds))
@@ -303,6 +306,35 @@ def _egraph_policies(optimization, store_all: Program, plan, families, target, c
                                memory=f"{chosen.memory}; {verdict}" if chosen.memory else verdict)
 
 
+def _judge_mismatch(mismatch: str, optimized, original_outcome, original: Program, examples) -> tuple[bool, str]:
+    """(keep the optimized build?, what the report says) when the optimized and the
+    original builds disagree on the example inputs. The interpreter, run only now, is
+    the judge: the original build is kept unless it alone disagrees with it. Where
+    both builds disagree with the interpreter, compiled code is wrong (a bug in egad's
+    lowering, or a program whose results turn on float rounding): a RuntimeWarning
+    says so, not only the report."""
+    import warnings
+
+    from .interp import interpret
+    from .optimizer import outcome, results_differ
+
+    reference = outcome(lambda: interpret(original, *examples))
+    original_wrong, optimized_wrong = results_differ(original_outcome, reference), results_differ(optimized, reference)
+    said = f"the optimized program's results differ from the original's on the example inputs ({mismatch}; both " \
+           f"built and run)"
+    if original_wrong is not None and optimized_wrong is None:
+        return True, f"{said}: the optimized build agrees with the interpreter, the original's does not " \
+                     f"({original_wrong}), and the optimized one is built"
+    if original_wrong is None:
+        return False, f"{said}; the original program is built"
+    warnings.warn(f"egad: compiled code disagrees with egad.interpret on the example inputs (optimized: "
+                  f"{optimized_wrong}; original: {original_wrong}). Unless the program's results turn on float "
+                  "rounding, this is a bug in egad: egad.interpret gives the right results meanwhile.",
+                  RuntimeWarning, stacklevel=4)
+    return False, f"{said}; neither agrees with the interpreter (original: {original_wrong}); the original " \
+                  f"program is built"
+
+
 # The optimized build is kept unless it measures slower than the original by more
 # than this: within it, the two are a tie, and the cost model's choice stands.
 MEASURED_NOISE = 0.03
@@ -439,7 +471,8 @@ def optimize(program: Program, wrt=(0,), target="llvm", memory_budget: int | Non
     The optimized program is checked against the original on `example_args`
     (default: the first call's arguments of each new shape): on the CPU both are
     built and run, elsewhere both are interpreted; the original is built if they
-    differ, or if it measures faster. `check=False` skips both (they cost a second
+    differ (where the builds differ, unless the interpreter finds the original's
+    build alone wrong), or if it measures faster. `check=False` skips both (they cost a second
     build and a few runs per new shape). `memory_budget` (bytes of taped residuals):
     when store-all taping needs more, loops are checkpointed every k trips and
     recomputed in the adjoint (egad/ad/checkpoint.py), one k per loop chosen to fit (a

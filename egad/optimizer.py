@@ -56,6 +56,7 @@ class Optimization:
     measured: tuple | None = None  # (optimized, original) seconds per call, when egad.optimize timed both
     graph: object | None = None  # egad.egraph.record.EGraphRecord: the e-graph and the extraction, for egad.viz
     memory: str | None = None  # what a memory limit changed in the extraction, or None
+    checked: str | None = None  # what the check against the original found, where it kept the optimized build
 
     def lines(self) -> list[str]:
         """The report's lines (indented for `Optimized.report()`)."""
@@ -89,6 +90,8 @@ class Optimization:
         out.append(f"  index reads in compiled code: {check_summary(self.program)}")
         if "check" not in self.timings and not self.fallback:
             out.append("  check against the original: not run (no example inputs, or check=False)")
+        if self.checked:
+            out.append(f"  check against the original: {self.checked}")
         out.append(f"  fallback: {self.fallback}" if self.fallback else "  fallback: none")
         return out
 

@@ -160,6 +160,52 @@ def test_an_unsound_rule_is_caught_by_the_check_and_the_original_is_built():
     assert "results differ from the original's on the example inputs" in f.report()
 
 
+class _WrongBuild:
+    """A build whose value comes out 1 too high: a lowering bug, faked to exercise the judge."""
+
+    def __init__(self, compiled):
+        self._compiled = compiled
+
+    def __call__(self, *args):
+        value, grads = self._compiled(*args)
+        return value + 1.0, grads
+
+    def __getattr__(self, name):
+        return getattr(self._compiled, name)
+
+
+def _with_wrong_builds(monkeypatch, optimized: bool, original: bool):
+    real = api.Optimized._compile
+
+    def compile_(self, *programs):
+        built = real(self, *programs)
+        if len(built) == 2:  # (optimized, original), side by side for the check
+            built = [_WrongBuild(b) if wrong else b for b, wrong in zip(built, (optimized, original))]
+        return built
+
+    monkeypatch.setattr(api.Optimized, "_compile", compile_)
+
+
+def test_where_the_original_build_alone_disagrees_with_the_interpreter_the_optimized_one_is_kept(monkeypatch):
+    _with_wrong_builds(monkeypatch, optimized=False, original=True)
+    args = gated_args()
+    traced = egad.trace(gated_rnn, *args)
+    f = egad.optimize(traced, wrt=(0,))
+    value, _ = f(*args)
+    np.testing.assert_allclose(value, egad.interpret(traced, *args), rtol=1e-12)
+    assert "the optimized build agrees with the interpreter, the original's does not" in f.report()
+    assert "fallback: none" in f.report() and "measured on the example inputs" not in f.report()
+
+
+def test_where_both_builds_disagree_with_the_interpreter_a_warning_says_so(monkeypatch):
+    _with_wrong_builds(monkeypatch, optimized=True, original=True)
+    args = gated_args()
+    f = egad.optimize(egad.trace(gated_rnn, *args), wrt=(0,), rules=[*rules.default(), UNSOUND])
+    with pytest.warns(RuntimeWarning, match="compiled code disagrees with egad.interpret"):
+        f(*args)
+    assert "neither agrees with the interpreter" in f.report()
+
+
 def test_a_failing_rule_falls_back_and_says_why():
     args = gated_args()
     f = egad.optimize(egad.trace(gated_rnn, *args), wrt=(0,), rules=["algebra", FAILING])
