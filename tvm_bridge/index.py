@@ -124,11 +124,18 @@ def _add_into_progression(x, values, axis: int, start: int, step: int, count: in
     """x with values[..., k, ...] added at x[..., start + k * step, ...] along `axis`:
     the rows outside the progression are copied, not added to (a -0.0 stays -0.0, as
     after a scatter)."""
+    # A progression counting down (x[::-1]'s gradient) is written as the same rows counted
+    # up from its last, read back to front: every index is then `(p - first) // stride`
+    # with a positive stride, the form TVM simplifies right. It rewrote `(r - 299) // -1`
+    # (r a fused loop's `f // 8`) into `f // -8 + 299`, and `(299 - p) // 2` was off by one.
+    first, stride = (start, step) if step > 0 else (start + (count - 1) * step, -step)
+
     def element(*position):
-        offset = position[axis] - tir.const(start, "int64")
-        k = tir.floordiv(offset, tir.const(step, "int64"))
-        inside = tir.all(tir.floormod(offset, tir.const(step, "int64")) == 0,
-                         k >= tir.const(0, "int64"), k < tir.const(count, "int64"))
+        offset = position[axis] - tir.const(first, "int64")
+        j = tir.floordiv(offset, tir.const(stride, "int64"))
+        inside = tir.all(tir.floormod(offset, tir.const(stride, "int64")) == 0,
+                         j >= tir.const(0, "int64"), j < tir.const(count, "int64"))
+        k = j if step > 0 else tir.const(count - 1, "int64") - j
         row = list(position)
         row[axis] = k
         # if_then_else, not Select: TVM bounds the values' read region by the condition
