@@ -90,6 +90,10 @@ class AdjointMath:
             size = shape[axis]
             if not isinstance(size, int):
                 self.unsupported("the gradient of a partial slice along a symbolic axis")
+            if (start, stop, step) == (None, None, -1):  # every element, reversed: reversed back, no scatter
+                reverse = tuple((None, None, -1) if k == axis else (None, None, None) for k in range(len(shape)))
+                current = apply1("slice", [current], {"index": reverse})
+                continue
             rows = np.arange(size)[slice(start, stop, step)].astype("int64")
             target = list(numpy_api.shape(current))
             target[axis] = size

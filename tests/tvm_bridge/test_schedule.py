@@ -337,15 +337,17 @@ REVERSED_SLICES = {
     "x[290:10:-3]": ((300, 64), lambda x: x[290:10:-3]),
     "3-d x[::-1]": ((10, 30, 64), lambda x: x[::-1]),
     "3-d x[:, ::-1]": ((10, 30, 64), lambda x: x[:, ::-1]),
+    "3-d x[:, ::-2]": ((10, 30, 64), lambda x: x[:, ::-2]),
 }
 
 
 @pytest.mark.parametrize("name", REVERSED_SLICES)
 def test_the_gradient_of_a_reversed_slice_matches_interpreter(name):
-    """The adjoint adds the values into rows counted down (tvm_bridge/index.py). Written
-    as a division by the negative step, TVM's FlattenBuffer mis-simplified it once the
-    elementwise rule fused the row loop with the split column loop (rows off by one), or
-    the build failed (3-d)."""
+    """The adjoint of a reversed slice is the cotangent reversed back (all of an axis) or
+    added into rows counted down (tvm_bridge/index.py). Written as a division by the
+    negative step, TVM's FlattenBuffer mis-simplified the latter once the elementwise
+    rule fused the row loop with the split column loop (rows off by one), or the build
+    failed (3-d)."""
     shape, sliced = REVERSED_SLICES[name]
     x = f32(*shape)
     weights = f32(*np.asarray(sliced(x)).shape)
@@ -354,6 +356,9 @@ def test_the_gradient_of_a_reversed_slice_matches_interpreter(name):
         return enp.sum(sliced(x) * weights)
 
     gradient = egad.value_and_grad(egad.trace(loss, x, weights), wrt=0)
+    expected = np.zeros_like(x)
+    sliced(expected)[...] = weights  # a basic slice is a view: the weights land where x was read
+    np.testing.assert_array_equal(egad.interpret(gradient, x, weights)[1], expected)
     assert_trees_close(built(gradient)(x, weights), egad.interpret(gradient, x, weights), 1e-5, name)
 
 
