@@ -22,7 +22,7 @@ from egad.ir.types import TapeType
 
 from . import creation, elementwise, index, linalg, nn, reduction, shape  # noqa: F401 (register lowerings)
 from . import index_checks
-from .reduction import empty_reduction
+from .reduction import empty_reduction, reduction_sites
 from .registry import LOWERINGS, FunctionScope, symbol_var
 
 _HANDLE = relax.TensorType((), "int64")  # a tape, as a handle
@@ -217,11 +217,13 @@ def lower(program: Program, checks_in_kernels: bool = True):
     FunctionScope.hoisted_sites = frozenset(id(check.site) for checks in FunctionScope.hoisted.values()
                                             for check in checks)
     FunctionScope.checks_in_kernels = checks_in_kernels
+    FunctionScope.empty_sites = {id(binding): k for k, binding in enumerate(reduction_sites(program))}
     try:
         return Lowering().module(program)
     finally:
         FunctionScope.constants, FunctionScope.ranges, FunctionScope.sites, FunctionScope.hoisted = {}, {}, {}, {}
         FunctionScope.hoisted_sites = frozenset()
+        FunctionScope.empty_sites = {}
 
 
 def known_constants(region: Region, known: dict | None = None) -> dict:

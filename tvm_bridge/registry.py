@@ -30,8 +30,9 @@ class FunctionScope:
     share one small kernel; the program's integer ranges (IR var uid -> Interval,
     egad/ir/index_ranges.py), its index sites (id(binding) -> position), the checks
     run once before a loop rather than once a trip (id(for binding) -> HoistedChecks)
-    and the sites they cover, and whether an index check can be a kernel (on the CPU)
-    or is a host call."""
+    and the sites they cover, whether an index check can be a kernel (on the CPU)
+    or is a host call, and the reductions without identity that may run over an empty
+    axis (id(binding) -> site, tvm_bridge/reduction.py)."""
 
     symbols: dict = {}
     constants: dict = {}
@@ -41,6 +42,7 @@ class FunctionScope:
     hoisted: dict = {}
     hoisted_sites: frozenset = frozenset()
     checks_in_kernels: bool = True
+    empty_sites: dict = {}
 
 
 def symbol_var(symbols: dict, name: str):

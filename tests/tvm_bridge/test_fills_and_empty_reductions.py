@@ -53,3 +53,23 @@ def test_a_non_finite_fill_compiles_as_a_full_and_as_a_splat_constant(value):
     program = egad.trace(lambda x: (x + enp.full((3,), value, np.float32), x * np.full(3, value, np.float32)), x)
     for got, want in zip(build(program, cache=BuildCache(None))(x), egad.interpret(program, x)):
         np.testing.assert_array_equal(got, want)
+
+
+NO_IDENTITY = {"max": lambda x: enp.max(x, axis=0), "min": lambda x: enp.min(x, axis=0),
+               "argmax": lambda x: enp.argmax(x, axis=0), "max of all": lambda x: enp.max(x)}
+
+
+@pytest.mark.parametrize("name", NO_IDENTITY)
+def test_a_reduction_without_identity_over_a_symbolic_axis_of_size_0_raises_like_the_interpreter(name):
+    """max, min and argmax of nothing have no value: compiled code returned the lowest
+    float, or memory never written, where the interpreter raises."""
+    program = egad.trace(NO_IDENTITY[name], egad.Spec(("T", 5), "float32"))
+    compiled = build(program, cache=BuildCache(None))
+    x = np.arange(15, dtype=np.float32).reshape(3, 5)
+    np.testing.assert_array_equal(compiled(x), egad.interpret(program, x))
+    empty = np.zeros((0, 5), np.float32)
+    with pytest.raises(egad.ShapeError, match="zero-size array|empty sequence") as interpreted:
+        egad.interpret(program, empty)
+    with pytest.raises(egad.ShapeError) as raised:
+        compiled(empty)
+    assert str(raised.value).startswith(str(interpreted.value))  # the op, the message and the user's line
