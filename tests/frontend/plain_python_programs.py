@@ -537,6 +537,15 @@ def rnn_tanh(W, U, xs, h0):
     return enp.sum(h * h)
 
 
+@plain("packed_rnn")
+def packed_rnn(P, xs, h0):
+    H = h0.shape[1]
+    h = h0
+    for x in xs:
+        h = enp.tanh(x @ P[:, :H] + h @ P[:, 2 * H:])
+    return enp.sum(h * h)
+
+
 @plain("lstm")
 def lstm(xs, Wx, Wh, b, h0, c0):
     H = h0.shape[-1]
