@@ -54,13 +54,15 @@ def found_empty_reduction(error: ValueError) -> int | None:
 
 
 def empty_reduction_error(program: Program, site: int) -> ShapeError:
+    """The error a compiled `program` raises for an empty reduction at `site`."""
     sites = reduction_sites(program)
     binding = sites[site] if 0 <= site < len(sites) else None
     op = binding.op if binding is not None else "reduction"
     where = f"op {op!r} at {binding.loc.long()}" if binding is not None else "compiled code"
     what = NO_IDENTITY.get(op, "a reduction over an axis of size 0")
-    return ShapeError(message(f"{op}: {what}", where=where, instead="reduce over a non-empty axis (check the sequence length), or "
-                                                   "guard the reduction with egad.cond"))
+    return ShapeError(message(f"{op}: {what}", where=where,
+                              instead="reduce over a non-empty axis (check the sequence length), or guard the "
+                                      "reduction with egad.cond"))
 
 
 def _check_not_empty(bb, x, binding, axes) -> None:
@@ -80,8 +82,8 @@ def _check_not_empty(bb, x, binding, axes) -> None:
 @lowers(*_REDUCE)
 def _reduce(bb, args, attrs, binding):
     axes, keepdims, dtype = list(attrs["axes"]), attrs["keepdims"], binding.inputs[0].type.dtype
-    if binding.op in NO_IDENTITY:
-        _check_not_empty(bb, args[0], binding, axes or range(binding.inputs[0].type.ndim))
+    if binding.op in NO_IDENTITY:  # (no axes: nothing is reduced)
+        _check_not_empty(bb, args[0], binding, axes)
     if binding.op in ("reduce_max", "reduce_min") and dtype in FLOAT_DTYPES and axes:
         return bb.emit_te(_extreme_keeping_nan, args[0], axes, keepdims, binding.op == "reduce_max",
                           primfunc_name_hint=binding.op[len("reduce_"):])
