@@ -15,7 +15,7 @@ from ..errors import IndexOutOfRangeError, ShapeError, UnsupportedError, message
 from ..ir import shapes
 from ..ir.types import canonical_dtype, fresh_symbol, is_float, is_int
 from ..source import user_location
-from .primitives import apply1, cast_to, dtype_of, is_tracer, result_dtype, to_tracer
+from .primitives import apply1, cast_to, constant, dtype_of, is_tracer, result_dtype, to_tracer
 
 # numpy's dtype names, so `x.astype(enp.float32)` reads like numpy.
 bool_ = np.bool_
@@ -566,15 +566,26 @@ def full(shape, fill_value, dtype=None):
 
 
 def zeros_like(a, dtype=None):
-    return _fill(shape(a), 0, _dtype_name(dtype) if dtype is not None else dtype_of(a)[0])
+    """numpy's zeros_like; traced when `a` is, so `enp.zeros_like(x).at[i].add(v)` works as in JAX."""
+    return _traced_like(a, _fill(shape(a), 0, _dtype_name(dtype) if dtype is not None else dtype_of(a)[0]), dtype)
 
 
 def ones_like(a, dtype=None):
-    return _fill(shape(a), 1, _dtype_name(dtype) if dtype is not None else dtype_of(a)[0])
+    """numpy's ones_like; traced when `a` is."""
+    return _traced_like(a, _fill(shape(a), 1, _dtype_name(dtype) if dtype is not None else dtype_of(a)[0]), dtype)
 
 
 def full_like(a, fill_value, dtype=None):
-    return full(shape(a), fill_value, dtype if dtype is not None else dtype_of(a)[0])
+    """numpy's full_like; traced when `a` is."""
+    return _traced_like(a, full(shape(a), fill_value, dtype if dtype is not None else dtype_of(a)[0]), dtype)
+
+
+def _traced_like(a, made, dtype):
+    """`made` (a fill of static shape is a numpy constant) as a tracer where `a` is one,
+    as weakly typed as `a` unless a dtype was given."""
+    if not is_tracer(a) or is_tracer(made):
+        return made
+    return constant(made, dtype_of(made)[0], weak=dtype is None and a.type.weak)
 
 
 def arange(start, stop=None, step=1, dtype=None):

@@ -1109,6 +1109,20 @@ def test_zeros_ones_like(op, x, dtype):
         check(lambda xp, x: getattr(xp, op)(x), x)
 
 
+@pytest.mark.parametrize("op", ["zeros_like", "ones_like", "full_like"])
+def test_a_fill_like_a_traced_array_is_traced_and_takes_row_updates(op):
+    """As in JAX: `enp.zeros_like(x).at[i].add(v)` (a numpy constant has no `.at`)."""
+    def fn(x):
+        made = enp.full_like(x, 2.5) if op == "full_like" else getattr(enp, op)(x)
+        assert egad.frontend.primitives.is_tracer(made)
+        return made.at[1].add(x[0])
+
+    x = np.arange(6.0).reshape(3, 2)
+    expected = (np.full_like(x, 2.5) if op == "full_like" else getattr(np, op)(x))
+    expected[1] += x[0]
+    np.testing.assert_array_equal(egad.interpret(egad.trace(fn, x), x), expected)
+
+
 @SETTINGS
 @given(
     x=array("float32", SMALL_SHAPES),
