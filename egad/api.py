@@ -21,7 +21,7 @@ import numpy as np
 
 from .errors import ArgumentError, EgadError, message
 from .ir.program import Program
-from .ir.types import TensorType
+from .ir.types import TensorType, bind_dims
 from .pytree import flatten, leaf_paths, unflatten
 from .source import raised_at
 
@@ -407,14 +407,14 @@ def _retraced(program: Program, args) -> Program:
     changed = []
     for path, leaf, traced in _array_leaves(program, args):
         shape = _shape_of(leaf)
-        symbolic = any(isinstance(d, str) for d in traced.shape)
-        if symbolic and len(shape) != traced.ndim:
+        mismatch = bind_dims(traced.shape, shape, {})
+        if mismatch is None:
+            continue
+        if len(shape) != traced.ndim and any(isinstance(d, str) for d in traced.shape):
             raise ArgumentError(message(
-                f"{path} has shape {shape}: rank {len(shape)} where rank {traced.ndim} was expected (traced as "
-                f"{traced})",
+                f"{path} has shape {shape}: {mismatch} (traced as {traced})",
                 instead="pass an array of the rank its egad.Spec declares, or trace again with a Spec of that rank"))
-        if len(shape) != traced.ndim or any(isinstance(d, int) and d != s for d, s in zip(traced.shape, shape)):
-            changed.append(f"{path} has shape {shape}, traced as {traced}")
+        changed.append(f"{path} has shape {shape}, traced as {traced}")
     try:
         return program.retrace(*_retrace_args(program, args))
     except EgadError:

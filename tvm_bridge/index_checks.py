@@ -60,13 +60,19 @@ def found_out_of_range(error: IndexError) -> tuple[int, int, int] | None:
 def out_of_range_error(program: Program, found: tuple[int, int, int]) -> IndexOutOfRangeError:
     """The error a compiled `program` raises for `found` (from `found_out_of_range`)."""
     site, index, size = found
-    sites = index_sites(program)
-    binding = sites[site] if 0 <= site < len(sites) else None
-    where = f"op {binding.op!r} at {binding.loc.long()}" if binding is not None else "compiled code"
-    op = binding.op if binding is not None else "index"
+    op, where = site_of(index_sites(program), site, "index")
     return IndexOutOfRangeError(message(
         f"{op}: index {index} is out of range for an axis of size {size}", where=where,
         instead="keep traced indices in range (e.g. enp.clip(i, 0, n - 1)) or check the loop bounds"))
+
+
+def site_of(sites: list, site: int, unknown: str) -> tuple[str, str]:
+    """(the op, where it is in the user's code) of check site `site` among `sites`;
+    (`unknown`, "compiled code") for a site not there."""
+    if not 0 <= site < len(sites):
+        return unknown, "compiled code"
+    binding = sites[site]
+    return binding.op, f"op {binding.op!r} at {binding.loc.long()}"
 
 
 def checked_in_kernel(bb: relax.BlockBuilder, index, size, site: int):

@@ -22,6 +22,7 @@ from egad.ir.program import Program, walk_bindings
 from egad.ir.types import FLOAT_DTYPES
 
 from .creation import filled
+from .index_checks import site_of
 from .registry import FunctionScope, lowers
 from .shape import axis_size
 
@@ -55,10 +56,7 @@ def found_empty_reduction(error: ValueError) -> int | None:
 
 def empty_reduction_error(program: Program, site: int) -> ShapeError:
     """The error a compiled `program` raises for an empty reduction at `site`."""
-    sites = reduction_sites(program)
-    binding = sites[site] if 0 <= site < len(sites) else None
-    op = binding.op if binding is not None else "reduction"
-    where = f"op {op!r} at {binding.loc.long()}" if binding is not None else "compiled code"
+    op, where = site_of(reduction_sites(program), site, "reduction")
     what = NO_IDENTITY.get(op, "a reduction over an axis of size 0")
     return ShapeError(message(f"{op}: {what}", where=where,
                               instead="reduce over a non-empty axis (check the sequence length), or guard the "

@@ -725,21 +725,16 @@ def _is_pointwise_on(sch, block, buffer) -> bool:
     if len(statement.writes) != 1:
         return False
     write = statement.writes[0]
-    if not _same_shape(write.source.shape, buffer.shape):
+    if not _same_exprs(write.source.shape, buffer.shape):
         return False
     written_at = [axis.min for axis in write.region]
-    return all(len(region.region) == len(written_at)
-               and all(_is_unit_extent(axis.extent) and tvm_ffi.structural_equal(axis.min, at)
-                       for axis, at in zip(region.region, written_at))
+    return all(_point_access_vars(region) is not None and _same_exprs([axis.min for axis in region.region], written_at)
                for region in statement.reads if region.source.same_as(buffer))
 
 
-def _same_shape(a, b) -> bool:
+def _same_exprs(a, b) -> bool:
+    """Whether two lists of TIR expressions (shapes, or a point's indices) are equal."""
     return len(a) == len(b) and all(tvm_ffi.structural_equal(x, y) for x, y in zip(a, b))
-
-
-def _is_unit_extent(extent) -> bool:
-    return isinstance(extent, tirx.IntImm) and extent.value == 1
 
 
 def _is_data_movement(block) -> bool:
