@@ -4,8 +4,12 @@ test_build_cache.py exercises the disk cache in temporary directories), and neve
 in the user's ~/.cache."""
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 
 os.environ.setdefault("EGAD_DISK_CACHE", "0")
-os.environ.setdefault("EGAD_CACHE_DIR", tempfile.mkdtemp(prefix="egad-test-cache-"))
+if "EGAD_CACHE_DIR" not in os.environ:
+    os.environ["EGAD_CACHE_DIR"] = tempfile.mkdtemp(prefix="egad-test-cache-")
+    atexit.register(shutil.rmtree, os.environ["EGAD_CACHE_DIR"], ignore_errors=True)

@@ -539,10 +539,12 @@ def take(a, indices, axis=None):
 
 # --- creation --------------------------------------------------------------------------
 
-def _fill(shape_arg, value, dtype):
+def _fill(shape_arg, value, dtype, weak=False):
+    """A fill of `shape_arg`: traced while tracing (a constant of static shape too, so
+    that `enp.zeros((n, m)).at[i].set(v)` works as in JAX), numpy's array outside."""
     type_dims, sizes = _split_dims(_normalize_shape_arg(shape_arg))
     if not sizes:
-        return np.full(type_dims, value, dtype)
+        return constant(np.full(type_dims, value, dtype), dtype, weak=weak)
     return apply1("full", sizes, {"shape": type_dims, "value": value, "dtype": dtype})
 
 
@@ -566,26 +568,21 @@ def full(shape, fill_value, dtype=None):
 
 
 def zeros_like(a, dtype=None):
-    """numpy's zeros_like; traced when `a` is, so `enp.zeros_like(x).at[i].add(v)` works as in JAX."""
-    return _traced_like(a, _fill(shape(a), 0, _dtype_name(dtype) if dtype is not None else dtype_of(a)[0]), dtype)
+    """numpy's zeros_like; as weakly typed as a traced `a` unless a dtype is given."""
+    return full_like(a, 0, dtype)
 
 
 def ones_like(a, dtype=None):
-    """numpy's ones_like; traced when `a` is."""
-    return _traced_like(a, _fill(shape(a), 1, _dtype_name(dtype) if dtype is not None else dtype_of(a)[0]), dtype)
+    """numpy's ones_like; as weakly typed as a traced `a` unless a dtype is given."""
+    return full_like(a, 1, dtype)
 
 
 def full_like(a, fill_value, dtype=None):
-    """numpy's full_like; traced when `a` is."""
-    return _traced_like(a, full(shape(a), fill_value, dtype if dtype is not None else dtype_of(a)[0]), dtype)
-
-
-def _traced_like(a, made, dtype):
-    """`made` (a fill of static shape is a numpy constant) as a tracer where `a` is one,
-    as weakly typed as `a` unless a dtype was given."""
-    if not is_tracer(a) or is_tracer(made):
-        return made
-    return constant(made, dtype_of(made)[0], weak=dtype is None and a.type.weak)
+    """numpy's full_like; as weakly typed as a traced `a` unless a dtype is given."""
+    if is_tracer(fill_value):
+        return full(shape(a), fill_value, dtype if dtype is not None else dtype_of(a)[0])
+    weak = dtype is None and is_tracer(a) and a.type.weak
+    return _fill(shape(a), fill_value, _dtype_name(dtype) if dtype is not None else dtype_of(a)[0], weak)
 
 
 def arange(start, stop=None, step=1, dtype=None):

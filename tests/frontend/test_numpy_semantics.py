@@ -1123,6 +1123,26 @@ def test_a_fill_like_a_traced_array_is_traced_and_takes_row_updates(op):
     np.testing.assert_array_equal(egad.interpret(egad.trace(fn, x), x), expected)
 
 
+
+@pytest.mark.parametrize("op", ["zeros", "ones", "full"])
+def test_a_fill_of_static_shape_is_traced_while_tracing_and_numpy_outside(op):
+    """As in JAX: `enp.zeros((n, m)).at[i].set(v)` inside a traced function; outside
+    tracing, enp.zeros is numpy's and returns an ndarray."""
+    def made(shape, dtype):
+        return enp.full(shape, 2.5, dtype) if op == "full" else getattr(enp, op)(shape, dtype)
+
+    def fn(x, i):
+        rows = made((4, 2), x.dtype)
+        assert egad.frontend.primitives.is_tracer(rows)
+        return rows.at[i].set(x[0]).at[0].add(x[1])
+
+    x = np.arange(6.0, dtype=np.float32).reshape(3, 2)
+    expected = made((4, 2), np.float32)
+    assert type(expected) is np.ndarray
+    expected[2] = x[0]
+    expected[0] += x[1]
+    np.testing.assert_array_equal(egad.interpret(egad.trace(fn, x, 2), x, 2), expected)
+
 @SETTINGS
 @given(
     x=array("float32", SMALL_SHAPES),
