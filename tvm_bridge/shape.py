@@ -1,9 +1,10 @@
 """Lowering of shape ops: transpose, reshape, broadcast_to, concat, slice, dim."""
 from __future__ import annotations
 
-from tvm import relax
+from tvm import relax, te
 
 from egad.errors import UnsupportedError, message
+from egad.ir import shapes
 
 from .registry import FunctionScope, lowers, symbol_var
 
@@ -62,8 +63,18 @@ _HUGE = 2 ** 62
 @lowers("slice")
 def _slice(bb, args, attrs, binding):
     axes, begins, ends, strides = [], [], [], []
+    x, x_type = args[0], binding.inputs[0].type
     for axis, (start, stop, step) in enumerate(attrs["index"]):
         if (start, stop, step) in ((None, None, None), (None, None, 1)):
+            continue
+        if (start, stop, step) == (None, None, -1):
+            # a whole axis reversed keeps its size, which TVM's strided_slice cannot
+            # infer for a symbolic one (flip keeps the shape)
+            x = bb.emit(R.flip(x, axis))
+            continue
+        dropped = shapes.ends_dropped(start, stop, step)
+        if not isinstance(x_type.shape[axis], int) and dropped is not None:
+            x = _symbolic_ends_dropped(bb, x, x_type, axis, start or 0, dropped, binding.outputs[0].type.shape[axis])
             continue
         step = 1 if step is None else step
         axes.append(axis)
@@ -71,8 +82,29 @@ def _slice(bb, args, attrs, binding):
         ends.append(stop if stop is not None else (_HUGE if step > 0 else -_HUGE))
         strides.append(step)
     if not axes:
-        return args[0]
-    return R.strided_slice(args[0], axes, begins, ends, strides)
+        return x
+    return R.strided_slice(x, axes, begins, ends, strides)
+
+
+def _symbolic_ends_dropped(bb, x, x_type, axis: int, start: int, dropped: int, dim: str):
+    """`x[start:T-(dropped-start)]` along a symbolic axis T, as a kernel whose length is
+    the IR's derived dim (`T-1`, egad/ir/shapes.py slice_dim), bound at run time to
+    max(T - dropped, 0) where first met. So `x[1:] - x[:-1]` has one shape in Relax:
+    TVM's strided_slice infers a different expression for each, which it can neither
+    broadcast nor, once match_cast to one dim, fuse (FuseTIR)."""
+    if dim not in FunctionScope.symbols:
+        size = axis_size(bb, x, x_type, axis)
+        length = R.maximum(R.subtract(size, relax.const(dropped, "int64")), relax.const(0, "int64"))
+        as_shape = bb.emit(R.tensor_to_shape(bb.emit(R.reshape(length, [1]))))
+        bb.match_cast(as_shape, relax.ShapeType([symbol_var(FunctionScope.symbols, dim)]))
+    length = FunctionScope.symbols[dim]
+
+    def rows(data):
+        out_shape = [length if k == axis else d for k, d in enumerate(data.shape)]
+        return te.compute(out_shape, lambda *i: data[tuple(v + start if k == axis else v for k, v in enumerate(i))],
+                          name="ends_dropped")
+
+    return bb.emit_te(rows, x, primfunc_name_hint="slice_ends_dropped")
 
 
 @lowers("dim")

@@ -13,6 +13,7 @@ import numpy as np
 from ..errors import UnsupportedError, message
 from ..frontend import numpy_api
 from ..frontend.primitives import apply1, is_tracer
+from ..ir import shapes
 
 
 @dataclasses.dataclass
@@ -81,20 +82,25 @@ class AdjointMath:
 
     def unslice(self, g, x, index):
         """The cotangent of x[index] for a static slice: g written into zeros like x,
-        one axis at a time with a scatter-add."""
+        one axis at a time with a scatter-add (reversed back where a whole axis was)."""
         shape = list(x.type.shape)
         current = g
         for axis, (start, stop, step) in enumerate(index):
             if (start, stop, step) in ((None, None, None), (None, None, 1), (0, None, None), (0, None, 1)):
                 continue
-            size = shape[axis]
-            if not isinstance(size, int):
-                self.unsupported("the gradient of a partial slice along a symbolic axis")
             if (start, stop, step) == (None, None, -1):  # every element, reversed: reversed back, no scatter
                 reverse = tuple((None, None, -1) if k == axis else (None, None, None) for k in range(len(shape)))
                 current = apply1("slice", [current], {"index": reverse})
                 continue
-            rows = np.arange(size)[slice(start, stop, step)].astype("int64")
+            size = shape[axis]
+            if isinstance(size, int):
+                rows = np.arange(size)[slice(start, stop, step)].astype("int64")
+            elif shapes.ends_dropped(start, stop, step) is not None:  # x[1:], x[:-1]: the same rows of iota(T)
+                size = numpy_api.dim_size(x, axis)
+                rows = numpy_api.getitem(numpy_api.arange(size), slice(start, stop, step))
+            else:
+                self.unsupported("the gradient of a strided or bounded slice (other than x[k:], x[:-k], x[::-1]) "
+                                 "along a symbolic axis")
             target = list(numpy_api.shape(current))
             target[axis] = size
             zeros = numpy_api.zeros(tuple(target), dtype=x.dtype)

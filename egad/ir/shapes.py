@@ -1,6 +1,8 @@
 """Shape arithmetic shared by the op table's shape rules: broadcasting, axes, symbols."""
 from __future__ import annotations
 
+import re
+
 from ..errors import ShapeError
 from .types import Dim
 
@@ -46,12 +48,33 @@ def reduced_shape(shape: tuple[Dim, ...], axes: tuple[int, ...], keepdims: bool)
     return tuple(d for i, d in enumerate(shape) if i not in axes)
 
 
+_SHORTER_DIM = re.compile(r"(?P<base>.+)-(?P<dropped>[0-9]+)")
+
+
+def ends_dropped(start, stop, step) -> int | None:
+    """How many elements `[start:stop:step]` drops from the two ends of an axis of any
+    length (`[1:]`, `[:-1]`, `[2:-3]`), or None for another kind of slice."""
+    if step in (None, 1) and (start is None or start >= 0) and (stop is None or stop < 0):
+        return (start or 0) - (stop or 0)
+    return None
+
+
 def slice_dim(dim: Dim, start, stop, step) -> Dim:
-    """Length of `range(dim)[start:stop:step]`; for a symbolic dim a derived symbol."""
+    """Length of `range(dim)[start:stop:step]`; for a symbolic dim a derived symbol.
+
+    Slices that drop k elements from the ends (`x[1:]`, `x[:-1]`, `x[2:-3]`) are named
+    by what is left, `T-k`, so `x[1:] - x[:-1]` broadcasts; a whole axis reversed is
+    `T`. Both are max(T - k, 0) long, like any slice of a shorter axis."""
     if isinstance(dim, int):
         return len(range(dim)[slice(start, stop, step)])
-    if (start in (None, 0)) and stop is None and step in (None, 1):
+    if (start, stop, step) == (None, None, -1):  # every element, reversed
         return dim
+    dropped = ends_dropped(start, stop, step)
+    if dropped is not None:
+        shorter = _SHORTER_DIM.fullmatch(dim)
+        if shorter:  # T-1 sliced again: max(max(T-1, 0) - 1, 0) = max(T-2, 0)
+            dim, dropped = shorter["base"], dropped + int(shorter["dropped"])
+        return dim if dropped == 0 else f"{dim}-{dropped}"
     text = lambda v: "" if v is None else str(v)  # noqa: E731
     suffix = f":{step}" if step not in (None, 1) else ""
     return f"{dim}[{text(start)}:{text(stop)}{suffix}]"

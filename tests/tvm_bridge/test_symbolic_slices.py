@@ -1,0 +1,128 @@
+"""Slices along a symbolic axis (`egad.Spec(("T", ...))`): a whole axis reversed keeps
+its length T, and slices that drop k elements from the ends (`x[1:]`, `x[:-1]`,
+`x[2:-3]`) all have length `T-k` (egad/ir/shapes.py slice_dim), so they broadcast
+with each other; their gradients are compiled, and any other slice's gradient along
+a symbolic axis is refused with the op and the user's line."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import egad
+import egad.numpy as enp
+from egad.tvm_bridge import build
+from egad.tvm_bridge.cache import BuildCache
+from tests.trees import assert_trees_close
+
+RNG = np.random.default_rng(0)
+
+
+def f32(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def built(program):
+    return build(program, cache=BuildCache(None))
+
+
+def sliced_shapes(program) -> set:
+    return {b.outputs[0].type.shape for b in program.region.bindings if b.op == "slice"}
+
+
+def backward_rnn(xs, W):
+    """A backward encoder written as a scan over the reversed sequence, its states
+    reversed back into time order (as GNMT's bidirectional encoder)."""
+    def step(h, x):
+        h = enp.tanh(x + h @ W)
+        return h, h
+
+    _, hs = egad.scan(step, enp.zeros_like(xs[0]), xs[::-1])
+    return enp.sum(hs[::-1] * xs[:, :, ::-1])
+
+
+def backward_rnn_in_numpy(xs, W):
+    h, hs = np.zeros_like(xs[0]), []
+    for x in xs[::-1]:
+        h = np.tanh(x + h @ W)
+        hs.append(h)
+    return np.sum(np.stack(hs)[::-1] * xs[:, :, ::-1])
+
+
+def test_an_axis_of_symbolic_length_reversed_keeps_its_length_and_gradient():
+    """Lowered as a flip (TVM's strided_slice infers no symbolic length); the
+    adjoint flips the cotangent back."""
+    W = f32(8, 8) * 0.3
+    program = egad.trace(backward_rnn, egad.Spec(("T", 2, 8), "float32"), W)
+    assert sliced_shapes(program) == {("T", 2, 8)}
+    gradient = egad.value_and_grad(program, wrt=(0, 1))
+    compiled = built(gradient)
+    for length in (1, 6):
+        xs = f32(length, 2, 8)
+        assert_trees_close(compiled(xs, W), egad.interpret(gradient, xs, W), 1e-4, f"T={length}")
+        value, (dxs, _) = egad.interpret(gradient, xs, W)
+        assert dxs.shape == xs.shape
+        assert np.isclose(value, backward_rnn_in_numpy(xs, W), rtol=1e-5)
+
+
+def differences(x, w):
+    step = x[1:] - x[:-1]  # both T-1 long
+    inner = x[2:-1]  # T-3
+    return (enp.sum(enp.tanh(step @ w) * enp.sum(inner[:, ::-1]))
+            + enp.sum(x[1:-1] * step[1:])  # T-2 and (T-1)-1
+            + enp.sum(x[1:, 1:] ** 2))
+
+
+def differences_in_numpy(x, w):
+    step = x[1:] - x[:-1]
+    return (np.sum(np.tanh(step @ w) * np.sum(x[2:-1][:, ::-1])) + np.sum(x[1:-1] * step[1:])
+            + np.sum(x[1:, 1:] ** 2))
+
+
+def finite_differences(fn, x, w, eps=1e-6):
+    grad = np.zeros_like(x)
+    for index in np.ndindex(*x.shape):
+        up, down = x.copy(), x.copy()
+        up[index] += eps
+        down[index] -= eps
+        grad[index] = (fn(up, w) - fn(down, w)) / (2 * eps)
+    return grad
+
+
+def test_slices_dropping_ends_of_a_symbolic_axis_broadcast_and_have_gradients():
+    w = f32(3, 3)
+    program = egad.trace(differences, egad.Spec(("T", 3), "float64"), w.astype(np.float64))
+    assert sliced_shapes(program) == {("T-1", 3), ("T-2", 3), ("T-3", 3), ("T-1", 2)}
+    gradient = egad.value_and_grad(program, wrt=0)
+    compiled = built(gradient)
+    for length in (0, 1, 2, 3, 7):  # shorter than what a slice drops too: numpy's empty slices
+        x = RNG.standard_normal((length, 3))
+        value, dx = egad.interpret(gradient, x, w.astype(np.float64))
+        assert np.isclose(value, differences_in_numpy(x, w))
+        np.testing.assert_allclose(dx, finite_differences(differences_in_numpy, x, w), atol=1e-6)
+        assert_trees_close(compiled(x, w.astype(np.float64)), (value, dx), 1e-9, f"T={length}")
+
+
+def test_the_optimizer_keeps_slices_dropping_ends_of_a_symbolic_axis():
+    """A language model's shifted targets: the states of tokens[:-1] predict tokens[1:]."""
+    def next_step_loss(xs, W):
+        def step(h, x):
+            h = enp.tanh(x + h @ W)
+            return h, h
+
+        _, hs = egad.scan(step, enp.zeros_like(xs[0]), xs[:-1])
+        return enp.mean((hs - xs[1:]) ** 2)
+
+    W = f32(4, 4) * 0.5
+    xs = f32(9, 2, 4)
+    optimized = egad.optimize(egad.trace(next_step_loss, egad.Spec(("T", 2, 4), "float32"), W), wrt=(0, 1))
+    gradient = egad.value_and_grad(egad.trace(next_step_loss, egad.Spec(("T", 2, 4), "float32"), W), wrt=(0, 1))
+    for length in (9, 2):
+        assert_trees_close(optimized(xs[:length], W), egad.interpret(gradient, xs[:length], W), 1e-4, f"T={length}")
+
+
+@pytest.mark.parametrize("sliced", [lambda x: x[:5], lambda x: x[::2], lambda x: x[-3:]])
+def test_the_gradient_of_another_slice_of_a_symbolic_axis_is_refused_with_the_users_line(sliced):
+    program = egad.trace(lambda x: enp.sum(sliced(x)), egad.Spec(("T", 3), "float32"))
+    with pytest.raises(egad.UnsupportedError, match="along a symbolic axis") as raised:
+        egad.grad(program)
+    assert "test_symbolic_slices.py" in str(raised.value)
