@@ -16,12 +16,13 @@ from tvm import tirx as tir
 
 from egad.errors import UnsupportedError, message
 from egad.ir import ops
-from egad.ir.index_ranges import hoisted_checks, index_sites, integer_ranges
+from egad.ir.index_ranges import IndexPlan, hoisted_checks, index_plan, index_sites, integer_ranges
 from egad.ir.program import Binding, Program, Region
-from egad.ir.types import TapeType
+from egad.ir.types import TapeType, TensorType
 
 from . import creation, elementwise, index, linalg, nn, reduction, shape  # noqa: F401 (register lowerings)
 from . import index_checks
+from .creation import filled
 from .reduction import empty_reduction, reduction_sites
 from .registry import LOWERINGS, FunctionScope, symbol_var
 
@@ -44,6 +45,23 @@ def _loose(t):
     """A Relax type with the rank and dtype only (for loop outputs whose shapes Relax
     cannot see through the driver)."""
     return _HANDLE if isinstance(t, TapeType) else relax.TensorType(ndim=t.ndim, dtype=t.dtype)
+
+
+def _computes_nothing(binding: Binding) -> bool:
+    """Every output has a static size-0 axis and the op checks nothing (an index in
+    range, a reduction not empty): it is an empty constant. TVM rejects some of these
+    ops (a 0 in a reshape's shape means "keep that dim"; an empty strided_slice's
+    bounds are "invalid")."""
+    return (all(isinstance(var.type, TensorType) and all(isinstance(d, int) for d in var.type.shape)
+                and 0 in var.type.shape for var in binding.outputs)
+            and not _checks_at_run_time(binding))
+
+
+def _checks_at_run_time(binding: Binding) -> bool:
+    if id(binding) in FunctionScope.empty_sites:
+        return True
+    return (id(binding) in FunctionScope.sites and id(binding) not in FunctionScope.hoisted_sites
+            and index_plan(binding, FunctionScope.ranges) is IndexPlan.CHECK)
 
 
 class Lowering:
@@ -99,9 +117,12 @@ class Lowering:
                 raise UnsupportedError(message(f"{binding.op} has no Relax lowering yet",
                                                where=f"op {binding.op!r} at {binding.loc.long()}",
                                                instead="run the program with egad.interpret"))
-            empty = empty_reduction(args, binding) if len(binding.outputs) == 1 else None
-            result = empty if empty is not None else lowering(self.bb, args, binding.attrs, binding)
-            outputs = result if isinstance(result, tuple) else (result,)
+            if _computes_nothing(binding):
+                outputs = tuple(filled(var.type.shape, 0, var.type.dtype) for var in binding.outputs)
+            else:
+                empty = empty_reduction(args, binding) if len(binding.outputs) == 1 else None
+                result = empty if empty is not None else lowering(self.bb, args, binding.attrs, binding)
+                outputs = result if isinstance(result, tuple) else (result,)
         for var, value in zip(binding.outputs, outputs):
             env[var.uid] = self.bb.emit(value)
 

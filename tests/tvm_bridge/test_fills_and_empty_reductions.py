@@ -73,3 +73,30 @@ def test_a_reduction_without_identity_over_a_symbolic_axis_of_size_0_raises_like
     with pytest.raises(egad.ShapeError) as raised:
         compiled(empty)
     assert str(raised.value).startswith(str(interpreted.value))  # the op, the message and the user's line
+
+
+def empty_results(a, z):
+    return (a[:, 3:1], enp.sum(a[1:3:-1]) + enp.sum(a), enp.reshape(z, (0, 6)), enp.expand_dims(z, 0) + 1,
+            enp.sum(z[0].T @ z[1]) + enp.sum(enp.mean(z, axis=0)))
+
+
+def test_ops_whose_results_are_empty_compile_as_empty_constants():
+    """A static size-0 result is an empty constant: TVM rejects an empty strided_slice's
+    bounds and a reshape to a shape holding 0 (which Relax reads as "keep that dim")."""
+    a, z = np.arange(8.0).reshape(2, 4), np.zeros((2, 0, 3))
+    program = egad.trace(empty_results, a, z)
+    for got, want in zip(build(program, cache=BuildCache(None))(a, z), egad.interpret(program, a, z)):
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+    gradient = egad.grad(egad.trace(lambda a, z: empty_results(a, z)[1] + empty_results(a, z)[4], a, z), wrt=(0, 1))
+    for got, want in zip(build(gradient, cache=BuildCache(None))(a, z), egad.interpret(gradient, a, z)):
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+
+
+def test_an_index_whose_result_is_empty_is_still_checked():
+    program = egad.trace(lambda x, i: x[i], np.zeros((5, 0), np.float32), np.int64(0))
+    compiled = build(program, cache=BuildCache(None))
+    assert compiled(np.zeros((5, 0), np.float32), np.int64(4)).shape == (0,)
+    with pytest.raises(egad.IndexOutOfRangeError):
+        compiled(np.zeros((5, 0), np.float32), np.int64(7))
