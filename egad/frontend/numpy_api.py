@@ -136,16 +136,29 @@ def _promoted(a, b):
     return cast_to(a, dtype, weak), cast_to(b, dtype, weak), dtype, weak
 
 
+_COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")
+
+
+def _beyond(value, dtype: str) -> bool:
+    """A Python int that `dtype` cannot hold."""
+    if type(value) is not int:
+        return False
+    limits = np.iinfo(dtype)
+    return not limits.min <= value <= limits.max
+
+
 def _binary(op_name: str, numpy_name: str, *, bool_op: str | None = None, float_only: bool = False,
             keep_weak: bool = False):
     def fn(a, b):
         dtype, weak = result_dtype(a, b)
+        if op_name in _COMPARISONS and is_int(dtype) and builtins.any(_beyond(v, dtype) for v in (a, b)):
+            dtype = "int64"  # numpy 2 compares a Python int with any integer array by value
         if float_only and not is_float(dtype):
             dtype = "float64"  # numpy: int / int is float64
         name = op_name
         if dtype == "bool" and bool_op:
             name = bool_op  # numpy: bool + bool is logical or, bool * bool logical and
-        elif dtype == "bool" and op_name not in ("eq", "ne", "lt", "le", "gt", "ge", "maximum", "minimum"):
+        elif dtype == "bool" and op_name not in (*_COMPARISONS, "maximum", "minimum"):
             raise UnsupportedError(message(f"{numpy_name} of bool operands", where=user_location().long(),
                                            instead="convert with .astype('int64') first"))
         elif dtype == "bool":
@@ -678,6 +691,16 @@ def getitem(x, index):
                 position += _rank(entry)
         out.extend(dims[position:])
         x = _reshape_to_dims(x, out)
+
+    # 4. As numpy: an array index's dims go first when a slice or None separates the
+    #    integer and array indices (a[0, :, i]); where they are adjacent, in place.
+    advanced = [k for k, entry in enumerate(expanded) if entry is not None and not isinstance(entry, slice)]
+    if array_indices and advanced[-1] - advanced[0] + 1 != len(advanced):
+        (array,) = array_indices
+        where = next(k for k, entry in enumerate(expanded) if entry is array)
+        at = builtins.sum(1 for entry in expanded[:where] if entry is None or isinstance(entry, slice))
+        moved = list(range(at, at + _rank(array)))
+        x = transpose(x, moved + [k for k in range(_rank(x)) if k not in moved])
     return x
 
 

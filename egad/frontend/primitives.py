@@ -87,7 +87,11 @@ def _constant_var(builder: context.RegionBuilder, value) -> Var:
 
 def constant(value, dtype: str, weak: bool = False):
     """A traced constant in the current region (or the numpy value when not tracing)."""
-    array = np.asarray(value, dtype=dtype)
+    try:
+        array = np.asarray(value, dtype=dtype)
+    except OverflowError:  # numpy 2: a Python int beyond the array's dtype
+        raise ShapeError(message(f"the Python integer {value} does not fit {dtype}", where=user_location().long(),
+                                 instead="cast the array to a wider dtype first, e.g. x.astype('int64') or x.astype('float64')")) from None
     builder = context.current()
     if builder is None:
         return array

@@ -992,6 +992,33 @@ def test_traced_integer_index_mixed_with_static_parts(x, data):
     check_or_refuse(lambda xp, x, i: x[i, ::-1], x, np.int64(i))
 
 
+def test_a_python_int_beyond_an_integer_arrays_dtype_compares_by_value_as_in_numpy():
+    a = np.array([1, -2, 7], np.int32)
+    check(lambda xp, a: (a < 2**40, a >= -2**40, a == 2**40, a != 2**33), a)
+    with pytest.raises(egad.ShapeError, match="does not fit int32"):
+        egad.trace(lambda a: a + 2**40, a)  # numpy 2 raises OverflowError there
+
+ARRAY_INDEX_PLACEMENT = {
+    "a[0, :, i]": lambda xp, a, i, j: a[0, :, i],  # separated by a slice: i's dims first
+    "a[1, None, i]": lambda xp, a, i, j: a[1, None, i],  # by a new axis
+    "a[0, ..., i]": lambda xp, a, i, j: a[0, ..., i],
+    "a[0, None, :, i]": lambda xp, a, i, j: a[0, None, :, i],
+    "a[1, ::-1, j]": lambda xp, a, i, j: a[1, ::-1, j],  # a 2-d index
+    "a[0, :, [3, 0]]": lambda xp, a, i, j: a[0, :, [3, 0]],
+    "a[:, 0, i]": lambda xp, a, i, j: a[:, 0, i],  # adjacent: in place
+    "a[None, 0, i]": lambda xp, a, i, j: a[None, 0, i],
+    "a[0, i % 3, None]": lambda xp, a, i, j: a[0, i % 3, None],
+    "a[j, :, 0]": lambda xp, a, i, j: a[j, :, 0],
+}
+
+
+@pytest.mark.parametrize("case", ARRAY_INDEX_PLACEMENT)
+def test_an_array_index_separated_from_an_integer_index_puts_its_dims_first(case):
+    """numpy's rule for advanced indices that a slice or None separates (x[0, :, i]
+    is (len(i), 3), not (3, len(i)))."""
+    a = np.arange(24.0, dtype=np.float32).reshape(2, 3, 4)
+    check(ARRAY_INDEX_PLACEMENT[case], a, np.array([2, 0]), np.array([[1, 0], [0, 1]]))
+
 @pytest.mark.parametrize("i", [3, -4, 100])
 def test_traced_index_out_of_range_raises_egad_error_in_the_interpreter(i):
     x = np.arange(6.0).reshape(3, 2)
