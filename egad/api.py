@@ -493,6 +493,16 @@ def optimize(program: Program, wrt=(0,), target="llvm", memory_budget: int | Non
     if memory_budget is not None and (not isinstance(memory_budget, (int, np.integer)) or memory_budget <= 0):
         raise ArgumentError(message(f"memory_budget={memory_budget!r} is not a positive number of bytes",
                                     instead="pass e.g. memory_budget=64 * 2**20, or None for store-all"))
+    from .ad.api import differentiated_params
+    from .interp import check_arguments
+
+    if wrt is not None:
+        differentiated_params(program, wrt)  # a wrong `wrt` fails here, not at the first call
+    if example_args is not None:
+        if not isinstance(example_args, (tuple, list)):
+            raise ArgumentError(message(f"example_args is a {type(example_args).__name__}, not a tuple of arguments",
+                                        instead="pass example_args=(arg0, arg1, ...), as to the program"))
+        check_arguments(program, tuple(example_args))  # else both builds fail on them and nothing is checked
     return Optimized(program, wrt, target, has_aux, families, example_args, check,
                      None if memory_budget is None else int(memory_budget))
 
@@ -505,6 +515,10 @@ def _families(rules) -> tuple:
         return tuple(registry.default())
     if isinstance(rules, (str, registry.Family)):
         rules = (rules,)
+    if not hasattr(rules, "__iter__"):
+        raise ArgumentError(message(f"rules={rules!r} is not a collection of rule families",
+                                    instead="pass egad.rules.default(), family names such as ('algebra', 'fusion'), "
+                                            "or rules=() for no e-graph"))
     families = []
     for item in rules:
         if isinstance(item, str):

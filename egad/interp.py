@@ -89,6 +89,11 @@ def _flatten_arguments(program: Program, args: tuple, symbols: dict[str, int]) -
     return [_check_leaf(leaf, expected, path, symbols) for path, leaf, expected in argument_leaves(program, args)]
 
 
+def check_arguments(program: Program, args: tuple) -> None:
+    """The ArgumentError `interpret(program, *args)` would raise on `args`, without running it."""
+    _flatten_arguments(program, args, {})
+
+
 def argument_leaves(program: Program, args: tuple):
     """(path, leaf, the param type it binds) of every array leaf of `args`, in the
     program's param order, static arguments checked against their traced values;

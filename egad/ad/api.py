@@ -1,6 +1,8 @@
 """`egad.grad` and `egad.value_and_grad`: Program -> Program."""
 from __future__ import annotations
 
+import numpy as np
+
 from ..errors import ArgumentError, EgadError, UnsupportedError, message
 from ..frontend import context
 from ..frontend import numpy_api as enp
@@ -33,26 +35,18 @@ def value_and_grad(program: Program, wrt=(0,), has_aux: bool = False) -> Program
     return _differentiate(program, wrt, has_aux, with_value=True)
 
 
-def _differentiate(program: Program, wrt, has_aux: bool, with_value: bool) -> Program:
-    if not isinstance(program, Program):
-        raise ArgumentError(message(f"egad.grad needs an egad.Program, got {type(program).__name__}",
-                                    instead="trace the function first: egad.grad(egad.trace(fn, *args))"))
-    if any(b.op in ops.TAPE_OPS for b in walk_bindings(program.region)):
-        raise UnsupportedError(message("differentiating a gradient program (higher-order gradients) is not supported",
-                                       where=str(program.loc)))
-    single = isinstance(wrt, int)
-    argnums = (wrt,) if single else tuple(wrt)
+def differentiated_params(program: Program, wrt) -> tuple[bool, tuple, list[list[int]]]:
+    """`wrt` read against `program`: whether it is a single index, the indices, and the
+    params (leaf positions) of each; an ArgumentError naming what does not fit."""
+    single = isinstance(wrt, (int, np.integer))
+    if not single and not isinstance(wrt, (tuple, list)):
+        raise ArgumentError(message(f"wrt={wrt!r} is neither an argument index nor a tuple of them",
+                                    instead="pass wrt=0, or wrt=(0, 2) for several arguments"))
+    argnums = (int(wrt),) if single else tuple(wrt)
     offsets = _leaf_offsets(program.signature)
-    loss_index, aux_leaves, aux_tree = _split_output(program, has_aux)
-    loss_type = program.region.results[loss_index].type
-    if loss_type.shape != () or not is_float(loss_type.dtype):
-        raise EgadError(message(
-            f"egad.grad differentiates a float scalar output, but {program.name} returns {loss_type}",
-            where=str(program.loc.long()),
-            instead="reduce the output to a scalar loss (e.g. enp.sum(...)); return other values as aux with has_aux=True"))
     wrt_params = []
     for argnum in argnums:
-        if not isinstance(argnum, int) or not -len(offsets) <= argnum < len(offsets):
+        if not isinstance(argnum, (int, np.integer)) or not -len(offsets) <= argnum < len(offsets):
             raise ArgumentError(message(f"wrt={wrt!r}: {argnum!r} is not a positional argument index of {program.name}"))
         argnum %= len(offsets)
         if offsets[argnum] is None:
@@ -66,6 +60,25 @@ def _differentiate(program: Program, wrt, has_aux: bool, with_value: bool) -> Pr
                     where=str(program.loc.long()),
                     instead="differentiate only float arguments (wrt=...); integer and bool values carry no gradient"))
         wrt_params.append(list(range(start, stop)))
+    return single, argnums, wrt_params
+
+
+def _differentiate(program: Program, wrt, has_aux: bool, with_value: bool) -> Program:
+    if not isinstance(program, Program):
+        raise ArgumentError(message(f"egad.grad needs an egad.Program, got {type(program).__name__}",
+                                    instead="trace the function first: egad.grad(egad.trace(fn, *args))"))
+    if any(b.op in ops.TAPE_OPS for b in walk_bindings(program.region)):
+        raise UnsupportedError(message("differentiating a gradient program (higher-order gradients) is not supported",
+                                       where=str(program.loc)))
+    single, argnums, wrt_params = differentiated_params(program, wrt)
+    offsets = _leaf_offsets(program.signature)
+    loss_index, aux_leaves, aux_tree = _split_output(program, has_aux)
+    loss_type = program.region.results[loss_index].type
+    if loss_type.shape != () or not is_float(loss_type.dtype):
+        raise EgadError(message(
+            f"egad.grad differentiates a float scalar output, but {program.name} returns {loss_type}",
+            where=str(program.loc.long()),
+            instead="reduce the output to a scalar loss (e.g. enp.sum(...)); return other values as aux with has_aux=True"))
 
     region = program.region
     flat_wrt = {k for group in wrt_params for k in group}

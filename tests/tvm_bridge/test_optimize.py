@@ -61,6 +61,25 @@ def test_unsupported_options_are_refused():
         egad.optimize(program, rules=["algebre"])
     with pytest.raises(egad.UnsupportedError, match="target"):
         egad.optimize(program, target="tpu")
+    with pytest.raises(egad.ArgumentError, match="not a collection of rule families"):
+        egad.optimize(program, rules=3)
+
+
+@pytest.mark.parametrize("wrt, error", [(1.0, "neither an argument index"), (5, "not a positional argument index"),
+                                        ((0, "1"), "not a positional argument index")])
+def test_a_wrong_wrt_is_refused_when_optimizing_not_at_the_first_call(wrt, error):
+    with pytest.raises(egad.ArgumentError, match=error):
+        egad.optimize(egad.trace(_loss, W, XS, H0), wrt=wrt)
+
+
+@pytest.mark.parametrize("example_args, error", [((W, XS), "takes 3 positional arguments, got 2"),
+                                                 ((W.astype(np.float32), XS, H0), "float32"),
+                                                 (W, "not a tuple")])
+def test_example_args_that_do_not_fit_the_program_are_refused(example_args, error):
+    """Else both builds fail on them alike, which the check reads as agreement: the
+    optimized program would be kept without having been checked."""
+    with pytest.raises(egad.ArgumentError, match=error):
+        egad.optimize(egad.trace(_loss, W, XS, H0), example_args=example_args)
 
 
 def test_symbolic_shapes_are_lowered_without_rebuilding():
