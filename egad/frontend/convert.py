@@ -185,6 +185,9 @@ def _unconvertible(statements) -> tuple[tuple[str, int], ...]:
         def visit_Nonlocal(self, node):
             found.append(("nonlocal", node.lineno))
 
+        def visit_Delete(self, node):  # a name deleted on one path only has no value to carry
+            found.append(("del", node.lineno))
+
         def visit_Yield(self, node):
             found.append(("yield", node.lineno))
 

@@ -12,10 +12,10 @@ import dataclasses
 
 import numpy as np
 
-from ..errors import EgadError, UnsupportedError, message
+from ..errors import EgadError, TracerConversionError, UnsupportedError, message
 from ..ir.types import TensorType
 from ..pytree import flatten, unflatten
-from ..source import SourceLoc
+from ..source import SourceLoc, user_location
 from . import context
 from . import control
 from . import numpy_api as enp
@@ -80,7 +80,7 @@ class StatementInfo:
 
 
 _CONSTRUCTS = {"try": "a `try` statement", "global": "a `global` declaration", "nonlocal": "a `nonlocal` declaration",
-               "yield": "a `yield`", "global write": "an assignment to a global (or nonlocal) variable"}
+               "yield": "a `yield`", "del": "a `del` statement", "global write": "an assignment to a global (or nonlocal) variable"}
 
 
 def _refuse_unconvertible(info: StatementInfo):
@@ -137,10 +137,16 @@ def if_exp(test, then_thunk, else_thunk):
 
 
 def assert_(test_thunk, message_thunk=None):
-    """`assert test`: checked on concrete values; a traced test cannot be checked
-    while tracing, so it is skipped (as jax.jit does)."""
+    """`assert test`: checked on concrete values (shapes, static arguments). A traced
+    test has no value while tracing, and the program has no op to check it when run:
+    refused, as jax.jit refuses it, rather than dropped in silence."""
     value = test_thunk()
-    if not is_tracer(value) and not value:
+    if is_tracer(value):
+        raise TracerConversionError(message(
+            "assert on a traced value: it has no value while tracing, and egad cannot check it when the program runs",
+            where=user_location().long(),
+            instead="check the result after calling the program, or assert only on shapes and static values"))
+    if not value:
         raise AssertionError(message_thunk() if message_thunk else None)
 
 

@@ -130,6 +130,36 @@ def test_yield_raises_naming_yield_and_its_line():
     assert names_a_line(text, [line_of(generator_under_traced_if, "MARK-yield")]), text
 
 
+def del_under_traced_if(x):
+    scratch = x * 2.0
+    if enp.sum(x) > 0:
+        del scratch  # MARK-del
+    return x
+
+
+def test_del_under_a_traced_if_raises_naming_del_and_its_line():
+    """Python's `del` on one path leaves the name unbound on the other: no value to carry."""
+    with pytest.raises(egad.UnsupportedError, match="`del` statement") as info:
+        egad.trace(egad.function(del_under_traced_if), X)
+    assert names_a_line(str(info.value), [line_of(del_under_traced_if, "MARK-del")]), str(info.value)
+
+
+def assert_on_traced_value(x):
+    assert x.shape[0] == 3  # static: checked while tracing
+    assert enp.sum(x) > 0, "positive"  # MARK-assert
+    return x * 2.0
+
+
+def test_an_assert_on_a_traced_value_is_refused_naming_its_line_and_a_static_one_is_checked():
+    """jax.jit refuses it too; dropping it would skip a check the user wrote."""
+    with pytest.raises(egad.TracerConversionError, match="assert on a traced value") as info:
+        egad.trace(egad.function(assert_on_traced_value), X)
+    assert names_a_line(str(info.value), [line_of(assert_on_traced_value, "MARK-assert")]), str(info.value)
+    with pytest.raises(AssertionError):
+        egad.trace(egad.function(assert_on_traced_value), X[:2])
+    np.testing.assert_array_equal(egad.function(assert_on_traced_value)(X), X * 2.0)  # eager: plain Python
+
+
 GLOBAL_FLAG = 0
 
 
