@@ -406,6 +406,9 @@ def _retraced(program: Program, args) -> Program:
     which name the user's line already) is reported with the shapes that caused it."""
     changed = []
     for path, leaf, traced in _array_leaves(program, args):
+        if not (hasattr(leaf, "shape") or hasattr(leaf, "__dlpack__") or type(leaf) in (bool, int, float)):
+            raise ArgumentError(message(f"{path}: {type(leaf).__name__} is not an array",
+                                        instead=f"pass a {traced.dtype} array of shape {traced.shape}"))
         shape = _shape_of(leaf)
         mismatch = bind_dims(traced.shape, shape, {})
         if mismatch is None:
@@ -417,7 +420,10 @@ def _retraced(program: Program, args) -> Program:
         changed.append(f"{path} has shape {shape}, traced as {traced}")
     try:
         return program.retrace(*_retrace_args(program, args))
-    except EgadError:
+    except EgadError as error:  # names the user's line already; say which shapes led there
+        if changed and error.args and isinstance(error.args[0], str):
+            error.args = (f"{error.args[0]}\n  (while tracing {program.name} again for new argument shapes: "
+                          f"{'; '.join(changed)})", *error.args[1:])
         raise
     except Exception as error:  # noqa: BLE001 - the user's function failed on the new shapes: say which
         raise ArgumentError(message(

@@ -162,6 +162,15 @@ def test_a_function_that_fails_on_new_shapes_is_reported_with_them_and_its_line(
         f(XS[:, :, 0])
 
 
+def test_an_egad_error_on_new_shapes_says_which_shapes_and_a_non_array_is_refused():
+    f = egad.optimize(egad.trace(_loss, W, XS, H0), wrt=None)
+    with pytest.raises(egad.ShapeError, match=r"(?s)test_optimize\.py:\d+.*while tracing _loss again for new argument "
+                                              r"shapes: argument 0 has shape \(\), traced as f64\[3,3\]"):
+        f(1.0, XS, H0)  # the user's matmul fails on a scalar weight
+    with pytest.raises(egad.ArgumentError, match="argument 0: str is not an array"):
+        f("W", XS, H0)
+
+
 class _DLPackOnly:
     """An array offered only through DLPack (like a torch or cupy tensor)."""
 
