@@ -12,6 +12,7 @@ import dataclasses
 import itertools
 from typing import Any
 
+from ..errors import ArgumentError, message
 from ..pytree import TreeDef
 from ..source import UNKNOWN, SourceLoc
 from .types import TensorType
@@ -102,6 +103,12 @@ class Program:
     @property
     def result_types(self) -> list[TensorType]:
         return self.region.result_types
+
+    def __call__(self, *args, **kwargs):
+        # JAX users write egad.grad(program)(W) as jax.grad(f)(W): point them to the two ways to run one
+        raise ArgumentError(message(f"an egad.Program ({self.name}) is not called directly",
+                                    instead="run it with egad.interpret(program, *args), or compile it with "
+                                            "egad.optimize(program, wrt=...) and call the result"))
 
     def __str__(self) -> str:
         from .printer import format_program

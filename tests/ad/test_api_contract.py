@@ -71,6 +71,16 @@ def test_wrt_out_of_range_raises():
         egad.grad(program, wrt=2)
 
 
+@pytest.mark.parametrize("wrt", [1.0, None, "0"])
+def test_a_wrt_that_is_no_index_raises_an_argument_error(wrt):
+    with pytest.raises(egad.ArgumentError, match="wrt="):
+        egad.grad(egad.trace(product, X, Y), wrt=wrt)
+
+
+def test_calling_a_program_as_jax_calls_a_gradient_function_points_to_interpret():
+    with pytest.raises(egad.ArgumentError, match=r"(?s)not called directly.*egad\.interpret"):
+        egad.grad(egad.trace(product, X, Y))(X, Y)
+
 def test_repeated_wrt_gives_the_same_gradient_twice_or_raises():
     """Never a silent zero: wrt=(0, 0) either repeats the gradient (as JAX does) or is refused."""
     program = egad.trace(product, X, Y)
