@@ -705,7 +705,10 @@ def getitem(x, index):
 
 
 def _take_index(x, entry, axis: int, original_shape):
-    if isinstance(entry, (bool, np.bool_)) or (not is_tracer(entry) and np.asarray(entry).dtype == bool) or \
+    if isinstance(entry, (bool, np.bool_)):
+        raise UnsupportedError(message("indexing with a bool scalar (x[True]) is not supported",
+                                       where=user_location().long(), instead="use x[None] for a new axis"))
+    if (not is_tracer(entry) and np.asarray(entry).dtype == bool) or \
             (is_tracer(entry) and entry.type.dtype == "bool"):
         raise UnsupportedError(message("boolean mask indexing gives a data-dependent shape",
                                        where=user_location().long(), instead="use enp.where(mask, x, 0)"))

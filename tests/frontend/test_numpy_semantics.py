@@ -1019,6 +1019,10 @@ def test_an_array_index_separated_from_an_integer_index_puts_its_dims_first(case
     a = np.arange(24.0, dtype=np.float32).reshape(2, 3, 4)
     check(ARRAY_INDEX_PLACEMENT[case], a, np.array([2, 0]), np.array([[1, 0], [0, 1]]))
 
+def test_a_bool_scalar_index_is_refused_with_what_to_write_instead():
+    with pytest.raises(egad.UnsupportedError, match=r"(?s)bool scalar.*x\[None\]"):
+        egad.trace(lambda x: x[True], np.ones(3))
+
 @pytest.mark.parametrize("i", [3, -4, 100])
 def test_traced_index_out_of_range_raises_egad_error_in_the_interpreter(i):
     x = np.arange(6.0).reshape(3, 2)
