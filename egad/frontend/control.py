@@ -14,7 +14,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import BranchMismatchError, EgadError, LoopStateError, ShapeError, message
+from ..errors import ArgumentError, BranchMismatchError, EgadError, LoopStateError, ShapeError, message
 from ..ir.program import Binding, Var
 from ..ir.types import TensorType, fresh_symbol, is_int
 from ..pytree import TreeDef, flatten, leaf_paths, path_hint, unflatten
@@ -155,6 +155,8 @@ def cond(pred, true_fun, false_fun, *operands):
     """`true_fun(*operands) if pred else false_fun(*operands)`, with a traced `pred`.
 
     Example: `egad.cond(x.sum() > 0, lambda x: x * 2, lambda x: -x, x)`"""
+    for name, fn in (("true_fun", true_fun), ("false_fun", false_fun)):
+        _require_function(fn, f"cond's {name}", "egad.cond(pred, lambda x: x * 2, lambda x: -x, x)")
     if not is_tracer(pred):
         return true_fun(*operands) if bool(np.asarray(pred)) else false_fun(*operands)
     return _branch("if", _as_predicate(pred, "cond's predicate"), [true_fun, false_fun], operands,
@@ -165,9 +167,17 @@ def switch(index, branches, *operands):
     """`branches[index](*operands)` with a traced `index`, clamped to range as in JAX.
 
     Example: `egad.switch(k, [lambda x: x, lambda x: x * x, enp.sin], x)`"""
-    branches = list(branches)
+    try:
+        branches = list(branches)
+    except TypeError:  # one function instead of a list of them
+        raise ArgumentError(message(f"switch's branches must be a list of functions, got {type(branches).__name__}",
+                                    where=user_location().long(),
+                                    instead="egad.switch(index, [branch0, branch1, ...], *operands)")) from None
+    for k, fn in enumerate(branches):
+        _require_function(fn, f"switch's branch {k}", "egad.switch(index, [branch0, branch1, ...], *operands)")
     if not branches:
-        raise EgadError(message("switch needs at least one branch", where=user_location().long()))
+        raise ArgumentError(message("switch needs at least one branch", where=user_location().long(),
+                                    instead="egad.switch(index, [branch0, branch1, ...], *operands)"))
     if not is_tracer(index):
         chosen = int(np.clip(np.asarray(index), 0, len(branches) - 1))
         return branches[chosen](*operands)
@@ -178,6 +188,12 @@ def switch(index, branches, *operands):
         return branches[0](*operands)
     return _branch("switch", cast_to(index, "int64"), branches, operands,
                    [f"branch{k}" for k in range(len(branches))])
+
+
+def _require_function(fn, what: str, usage: str):
+    if not callable(fn):
+        raise ArgumentError(message(f"{what} must be a function, got {type(fn).__name__}", where=user_location().long(),
+                                    instead=f"pass a function of the operands, e.g. {usage}"))
 
 
 def _branch(op: str, selector, functions, operands, names):

@@ -18,7 +18,8 @@ from .primitives import to_tracer
 from .tracer import Tracer
 
 
-@dataclasses.dataclass(frozen=True)
+# init=False: a dataclass's generated __init__ runs as "<string>", which user_location() would name as the user's line
+@dataclasses.dataclass(frozen=True, init=False)
 class Spec:
     """An argument described by shape and dtype only; a str dim is symbolic.
 
@@ -27,13 +28,41 @@ class Spec:
     shape: tuple[Dim, ...]
     dtype: str = "float32"
 
-    def __post_init__(self):
-        object.__setattr__(self, "shape", tuple(self.shape))
-        object.__setattr__(self, "dtype", canonical_dtype(self.dtype))
+    def __init__(self, shape, dtype="float32"):
+        object.__setattr__(self, "shape", _spec_shape(shape))
+        object.__setattr__(self, "dtype", _spec_dtype(dtype))
 
     @property
     def type(self) -> TensorType:
         return TensorType(self.shape, self.dtype)
+
+
+def _spec_shape(shape) -> tuple[Dim, ...]:
+    if isinstance(shape, (str, bytes)) or not isinstance(shape, (tuple, list)):
+        raise ArgumentError(message(f"egad.Spec's shape must be a tuple of dims, got {shape!r}",
+                                    where=user_location().long(),
+                                    instead="write the shape as a tuple, e.g. egad.Spec((3,), 'float32')"))
+    dims = []
+    for dim in shape:
+        if isinstance(dim, (int, np.integer)) and not isinstance(dim, (bool, np.bool_)) and dim >= 0:
+            dims.append(int(dim))
+        elif isinstance(dim, str) and dim:
+            dims.append(dim)
+        else:
+            raise ArgumentError(message(f"egad.Spec's shape {tuple(shape)!r} has an invalid dim {dim!r}",
+                                        where=user_location().long(),
+                                        instead="give each dim as a size >= 0, or as a name such as 'T' for a "
+                                                "length known only when the program runs"))
+    return tuple(dims)
+
+
+def _spec_dtype(dtype) -> str:
+    try:
+        return canonical_dtype(dtype)
+    except (TypeError, ValueError) as error:
+        raise ArgumentError(message(f"egad.Spec's dtype {dtype!r} is not usable: {error}",
+                                    where=user_location().long(),
+                                    instead="use one of 'bool', 'int32', 'int64', 'float32', 'float64'")) from None
 
 
 def leaf_type(leaf, where: str) -> TensorType:
@@ -43,7 +72,11 @@ def leaf_type(leaf, where: str) -> TensorType:
     if isinstance(leaf, TensorType):  # a param type itself, when a program is traced again
         return leaf
     if isinstance(leaf, (np.generic, np.ndarray)):  # numpy scalars are strong, even np.float64
-        return TensorType(np.shape(leaf), canonical_dtype(leaf.dtype))
+        try:
+            return TensorType(np.shape(leaf), canonical_dtype(leaf.dtype))
+        except ValueError as error:  # float16, complex, uint8, object, ...
+            raise ArgumentError(message(f"{where}: {error}", where=user_location().long(),
+                                        instead="convert it first, e.g. x.astype(np.float32)")) from None
     if isinstance(leaf, bool):
         return TensorType((), "bool", weak=True)
     if isinstance(leaf, int):

@@ -1,9 +1,11 @@
 """Shape arithmetic shared by the op table's shape rules: broadcasting, axes, symbols."""
 from __future__ import annotations
 
+import operator
 import re
 
-from ..errors import ShapeError
+from ..errors import ArgumentError, ShapeError, message
+from ..source import user_location
 from .types import Dim
 
 
@@ -24,9 +26,26 @@ def broadcast_shapes(*shapes: tuple[Dim, ...]) -> tuple[Dim, ...]:
     return tuple(result)
 
 
+# The front end calls these on the user's axis arguments (op shape rules do not), so
+# their errors name the user's line.
+
 def normalize_axis(axis: int, rank: int) -> int:
+    """The non-negative axis for a possibly negative one, e.g. `normalize_axis(-1, 3) == 2`."""
+    try:
+        axis = operator.index(axis)  # ints and numpy ints
+    except TypeError:
+        if axis is None:
+            instead = "this function takes one axis; for the flattened array, reshape first (enp.reshape(x, -1))"
+        elif isinstance(axis, (tuple, list)):
+            instead = "this function takes one axis; pass one int, or reshape those axes into one first"
+        else:
+            instead = "pass an int axis"
+        raise ArgumentError(message(f"axis must be an int, got {axis!r}", where=user_location().long(),
+                                    instead=instead)) from None
     if not -rank <= axis < max(rank, 1) or (rank == 0 and axis not in (0, -1)):
-        raise ShapeError(f"axis {axis} is out of range for an array of rank {rank}")
+        raise ShapeError(message(f"axis {axis} is out of range for an array of rank {rank}",
+                                 where=user_location().long(),
+                                 instead=f"use an axis from {-max(rank, 1)} to {max(rank, 1) - 1}"))
     return axis % rank if rank else 0
 
 
@@ -34,11 +53,12 @@ def normalize_axes(axes, rank: int) -> tuple[int, ...]:
     """Sorted non-negative axes; None means every axis."""
     if axes is None:
         return tuple(range(rank))
-    if isinstance(axes, int):
-        axes = (axes,)
+    if not isinstance(axes, (tuple, list)):
+        axes = (axes,)  # one axis: normalize_axis refuses anything but an int
     result = tuple(sorted({normalize_axis(a, rank) for a in axes}))
     if len(result) != len(tuple(axes)):
-        raise ShapeError(f"repeated axis in {tuple(axes)}")
+        raise ShapeError(message(f"repeated axis in {tuple(axes)}", where=user_location().long(),
+                                 instead="name each axis once"))
     return result
 
 
