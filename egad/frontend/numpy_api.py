@@ -11,7 +11,7 @@ import builtins
 
 import numpy as np
 
-from ..errors import IndexOutOfRangeError, ShapeError, UnsupportedError, message
+from ..errors import ArgumentError, IndexOutOfRangeError, ShapeError, UnsupportedError, message
 from ..ir import shapes
 from ..ir.types import canonical_dtype, fresh_symbol, is_float, is_int
 from ..source import user_location
@@ -522,9 +522,17 @@ def broadcast_to(a, new_shape):
     return apply1("broadcast_to", [a, *sizes], {"shape": type_dims})
 
 
+def _some_arrays(arrays, name: str) -> list:
+    arrays = list(arrays)
+    if not arrays:
+        raise ArgumentError(message(f"{name} needs at least one array", where=user_location().long(),
+                                    instead="check the list is not empty (a loop that ran zero times?)"))
+    return arrays
+
+
 def concatenate(arrays, axis=0):
     """numpy's concatenate."""
-    arrays = list(arrays)
+    arrays = _some_arrays(arrays, "concatenate")
     dtype, weak = result_dtype(*arrays)
     axis = shapes.normalize_axis(axis, _rank(arrays[0]))
     return apply1("concat", [cast_to(x, dtype, weak) for x in arrays], {"axis": axis})
@@ -532,7 +540,7 @@ def concatenate(arrays, axis=0):
 
 def stack(arrays, axis=0):
     """numpy's stack: join along a new axis."""
-    arrays = list(arrays)
+    arrays = _some_arrays(arrays, "stack")
     axis = shapes.normalize_axis(axis, _rank(arrays[0]) + 1)
     return concatenate([expand_dims(x, axis) for x in arrays], axis=axis)
 
@@ -730,7 +738,8 @@ def _take_index(x, entry, axis: int, original_shape):
 
 
 class _IndexUpdateHelper:
-    """`x.at[i].set(v)` / `x.at[i].add(v)`: functional row updates, as in JAX."""
+    """`x.at[i].set(v)`, `.add(v)` and the rest of JAX's functional updates (egad/frontend/
+    numpy_api.py `_IndexUpdate`)."""
 
     def __init__(self, x):
         self.x = x
@@ -739,34 +748,152 @@ class _IndexUpdateHelper:
         return _IndexUpdate(self.x, index)
 
 
+def _index_text(index: tuple) -> str:
+    """An index as the user wrote it, near enough: `0, 1:3, ...`."""
+    def text(entry):
+        if isinstance(entry, slice):
+            return ":".join("" if v is None else str(v) for v in (entry.start, entry.stop, entry.step)).rstrip(":") \
+                or ":"
+        return "..." if entry is Ellipsis else "None" if entry is None else "<traced>" if is_tracer(entry) else str(entry)
+
+    return ", ".join(text(entry) for entry in index)
+
+
+def _is_full_slice(entry) -> bool:
+    return isinstance(entry, slice) and (entry.start, entry.stop, entry.step) == (None, None, None)
+
+
+def _is_integer_index(entry) -> bool:
+    if isinstance(entry, (bool, np.bool_)):
+        return False
+    if is_tracer(entry):
+        return is_int(entry.type.dtype)
+    return isinstance(entry, (int, np.integer)) or (isinstance(entry, (list, np.ndarray))
+                                                    and np.asarray(entry).dtype.kind in "iu")
+
+
 class _IndexUpdate:
+    """One update of `x.at[index]`: an integer index (a scalar, or an index array for
+    `add`) on one axis after full slices (`x.at[i]`, `x.at[:, i]`, `x.at[i, ...]`), or
+    scalar indices on the leading axes (`x.at[i, j]`)."""
+
     def __init__(self, x, index):
-        self.x, self.index = x, index
+        self.x = x
+        index = list(index) if isinstance(index, tuple) else [index]
+        while index and (index[-1] is Ellipsis or _is_full_slice(index[-1])):
+            index.pop()  # x.at[i, :] is x.at[i]
+        self.index = tuple(index)
 
-    def _row(self, value, op: str):
-        x, index = self.x, self.index
-        if isinstance(index, (tuple, slice)) or index is None:
-            raise UnsupportedError(message(f".at[...].{op} supports one integer index on axis 0",
-                                           where=user_location().long()))
-        if not is_tracer(index):
-            index = np.asarray(index, "int64")
-        if op == "set" and _rank(index) != 0:
+    def _refuse(self, what: str):
+        raise UnsupportedError(message(what, where=user_location().long(),
+                                       instead="index one integer (or one index array, for .add) on one axis: "
+                                               "x.at[i], x.at[:, i], or scalars on the leading axes: x.at[i, j]"))
+
+    def _axis(self) -> int | None:
+        """The axis of a single integer index after full slices, else None."""
+        leading = 0
+        while leading < len(self.index) and _is_full_slice(self.index[leading]):
+            leading += 1
+        if leading == len(self.index) - 1 and _is_integer_index(self.index[-1]):
+            return leading
+        return None
+
+    def _scalars(self) -> bool:
+        return len(self.index) > 1 and builtins.all(_is_integer_index(e) and _rank(e) == 0 for e in self.index)
+
+    def _set(self, value):
+        x, axis = self.x, self._axis()
+        if axis is None and self._scalars():  # x.at[i, j].set(v) = x.at[i].set(x[i].at[j].set(v))
+            first, rest = self.index[0], self.index[1:]
+            return _IndexUpdate(x, first)._set(_IndexUpdate(getitem(x, first), rest)._set(value))
+        if axis is None:
+            self._refuse(f".at[{_index_text(self.index)}] is not an index egad can update")
+        index = self.index[-1]
+        if _rank(index) != 0:
             raise UnsupportedError(message(".at[indices].set with an index array", where=user_location().long(),
-                                           instead="set rows one at a time"))
-        rows = list(shape(index)) + list(shape(x))[1:]
-        value = broadcast_to(cast_to(value, dtype_of(x)[0]), rows)
-        if op == "set":
-            return apply1("update", [x, cast_to(index, "int64"), value])
-        return apply1("index_add", [x, cast_to(index, "int64"), value], {"axis": 0})
+                                           instead="set rows one at a time, or use .add for a scatter-add"))
+        if axis:  # the axis to the front, updated, and back
+            perm = [axis] + [k for k in range(_rank(x)) if k != axis]
+            moved = _IndexUpdate(transpose(x, perm), index)._set(value)
+            return transpose(moved, list(np.argsort(perm)))
+        index = index if is_tracer(index) else np.asarray(index, "int64")
+        row = broadcast_to(cast_to(value, dtype_of(x)[0]), list(shape(x))[1:])
+        return apply1("update", [x, cast_to(index, "int64"), row])
 
-    def set(self, value):
-        return self._row(value, "set")
+    def _add(self, value):
+        x, axis = self.x, self._axis()
+        if axis is None and self._scalars():
+            first, rest = self.index[0], self.index[1:]
+            return _IndexUpdate(x, first)._set(_IndexUpdate(getitem(x, first), rest)._add(value))
+        if axis is None:
+            self._refuse(f".at[{_index_text(self.index)}] is not an index egad can add into")
+        index = self.index[-1]
+        index = index if is_tracer(index) else np.asarray(index, "int64")
+        dims = list(shape(x))
+        rows = broadcast_to(cast_to(value, dtype_of(x)[0]), dims[:axis] + list(shape(index)) + dims[axis + 1:])
+        return apply1("index_add", [x, cast_to(index, "int64"), rows], {"axis": axis})
 
-    def add(self, value):
-        return self._row(value, "add")
+    def _read_modify_write(self, combine, value, name: str):
+        """x.at[i].<name>(v) as x.at[i].set(combine(x[i], v)): exact for scalar indices,
+        which hit each element once."""
+        if not (self._scalars() or (self._axis() is not None and _rank(self.index[-1]) == 0)):
+            raise UnsupportedError(message(f".at[indices].{name} with an index array", where=user_location().long(),
+                                           instead="apply it one index at a time, or use .add"))
+        return self._set(combine(self.get(), value))
+
+    @staticmethod
+    def _check_mode(mode, hints):
+        # egad checks every index when the program runs (IndexOutOfRangeError): JAX's default and
+        # "promise_in_bounds" mean that; clipping, dropping and filling are not done. JAX's
+        # indices_are_sorted and unique_indices are hints, with nothing to do here.
+        unknown = set(hints) - {"indices_are_sorted", "unique_indices"}
+        if unknown:
+            raise ArgumentError(message(f".at[...] got unexpected keyword arguments {sorted(unknown)}",
+                                        where=user_location().long(), instead="pass mode=, indices_are_sorted= or "
+                                                                              "unique_indices= only"))
+        if mode not in (None, "promise_in_bounds"):
+            raise UnsupportedError(message(f".at[...] with mode={mode!r}", where=user_location().long(),
+                                           instead="drop mode=: egad checks indices when the program runs, or "
+                                                   "clip them yourself with enp.clip"))
+
+    def get(self, mode=None, **hints):
+        self._check_mode(mode, hints)
+        return getitem(self.x, self.index)
+
+    def set(self, value, mode=None, **hints):
+        self._check_mode(mode, hints)
+        return self._set(value)
+
+    def add(self, value, mode=None, **hints):
+        self._check_mode(mode, hints)
+        return self._add(value)
+
+    def multiply(self, value, mode=None, **hints):
+        self._check_mode(mode, hints)
+        return self._read_modify_write(multiply, value, "multiply")
+
+    def divide(self, value, mode=None, **hints):
+        self._check_mode(mode, hints)
+        return self._read_modify_write(true_divide, value, "divide")
+
+    def power(self, value, mode=None, **hints):
+        self._check_mode(mode, hints)
+        return self._read_modify_write(power, value, "power")
+
+    def min(self, value, mode=None, **hints):
+        self._check_mode(mode, hints)
+        return self._read_modify_write(minimum, value, "min")
+
+    def max(self, value, mode=None, **hints):
+        self._check_mode(mode, hints)
+        return self._read_modify_write(maximum, value, "max")
+
+    def apply(self, fn, mode=None, **hints):
+        self._check_mode(mode, hints)
+        return self._read_modify_write(lambda current, _: fn(current), None, "apply")
 
 
 __all__ = [name for name in dir() if not name.startswith("_") and name not in {
     "annotations", "builtins", "math", "np", "shapes", "message", "user_location", "apply1", "cast_to", "constant",
     "dtype_of", "is_tracer", "result_dtype", "to_tracer", "canonical_dtype", "fresh_symbol", "is_float", "is_int",
-    "IndexOutOfRangeError", "ShapeError", "UnsupportedError", "dim_size", "getitem", "size_of_dims", "UFUNC_TO_ENP"}]
+    "ArgumentError", "IndexOutOfRangeError", "ShapeError", "UnsupportedError", "dim_size", "getitem", "size_of_dims", "UFUNC_TO_ENP"}]

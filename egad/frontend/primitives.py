@@ -117,17 +117,15 @@ def dtype_of(x) -> tuple[str, bool]:
     """(dtype, weak) of any operand: tracers know theirs, Python scalars are weak."""
     if is_tracer(x):
         return x._var.type.dtype, x._var.type.weak
-    if isinstance(x, (np.generic, np.ndarray)):  # np.float64 subclasses float, yet is strong
-        return canonical_dtype(x.dtype), False
     if isinstance(x, bool):
         return "bool", True
     if isinstance(x, int):
         return "int64", True
-    if isinstance(x, float):
+    if isinstance(x, float) and not isinstance(x, np.generic):  # np.float64 subclasses float, yet is strong
         return "float64", True
     try:
         return canonical_dtype(np.asarray(x).dtype), False
-    except ValueError as error:
+    except ValueError as error:  # float16, complex, strings, ...
         raise EgadError(message(f"unsupported operand {type(x).__name__}: {error}", where=user_location().long(),
                                 instead="use bool, int32, int64, float32 or float64 values")) from None
 

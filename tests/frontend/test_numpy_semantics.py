@@ -34,6 +34,7 @@ from hypothesis.extra import numpy as hnp
 import egad
 import egad.nn as enn
 import egad.numpy as enp
+from tests.ad.gradcheck import assert_gradients_match
 
 # EGAD_SEMANTICS_EXAMPLES=300 runs a thorough sweep; the default keeps the file fast.
 MAX_EXAMPLES = int(os.environ.get("EGAD_SEMANTICS_EXAMPLES", "20"))
@@ -1018,6 +1019,53 @@ def test_an_array_index_separated_from_an_integer_index_puts_its_dims_first(case
     is (len(i), 3), not (3, len(i)))."""
     a = np.arange(24.0, dtype=np.float32).reshape(2, 3, 4)
     check(ARRAY_INDEX_PLACEMENT[case], a, np.array([2, 0]), np.array([[1, 0], [0, 1]]))
+
+def _updated(index, value, how="set"):
+    """numpy's in-place update at `index`, on a copy (np.add.at for add: repeats accumulate)."""
+    def update(a):
+        a = a.copy()
+        if how == "add":
+            np.add.at(a, index, value)
+        else:
+            a[index] = how(a[index], value) if callable(how) else value
+        return a
+
+    return update
+
+
+AT_UPDATES = {  # (egad update, numpy's)
+    "x.at[i].set": (lambda x: x.at[1].set(5.0), _updated(1, 5.0)),
+    "x.at[:, i].set": (lambda x: x.at[:, 1].set(np.arange(4.0)), _updated((slice(None), 1), np.arange(4.0))),
+    "x.at[i, j].set": (lambda x: x.at[1, 2].set(-1.0), _updated((1, 2), -1.0)),
+    "x.at[i, :].set": (lambda x: x.at[0, :].set(3.0), _updated(0, 3.0)),
+    "x.at[:, :, i].add": (lambda x: x.at[:, :, 3].add(7.0), _updated((slice(None), slice(None), 3), 7.0, "add")),
+    "x.at[:, idx].add": (lambda x: x.at[:, [0, 2, 0]].add(1.0), _updated((slice(None), [0, 2, 0]), 1.0, "add")),
+    "x.at[i, j, k].add": (lambda x: x.at[1, 2, 3].add(100.0), _updated((1, 2, 3), 100.0, "add")),
+    "x.at[i, ...].multiply": (lambda x: x.at[1, ...].multiply(2.0), _updated(1, 2.0, np.multiply)),
+    "x.at[i, j].divide": (lambda x: x.at[0, 1].divide(4.0), _updated((0, 1), 4.0, np.divide)),
+    "x.at[i].power": (lambda x: x.at[1].power(2), _updated(1, 2, np.power)),
+    "x.at[i, j].min": (lambda x: x.at[0, 1].min(6.0), _updated((0, 1), 6.0, np.minimum)),
+    "x.at[:, i].max": (lambda x: x.at[:, 1].max(9.0), _updated((slice(None), 1), 9.0, np.maximum)),
+    "x.at[i].apply": (lambda x: x.at[1].apply(enp.sin), _updated(1, None, lambda a, _: np.sin(a))),
+    "x.at[:, i].get": (lambda x: x.at[:, 1].get(), lambda x: x[:, 1]),
+}
+
+
+@pytest.mark.parametrize("case", AT_UPDATES)
+def test_jax_functional_updates_match_numpys_in_place_ones(case):
+    """JAX's x.at[...] forms: one integer (or index array, for add) on one axis after full
+    slices, or scalars on the leading axes; set, add, multiply, divide, power, min, max,
+    apply, get."""
+    update, expected = AT_UPDATES[case]
+    x = np.arange(24.0).reshape(2, 3, 4)
+    np.testing.assert_array_equal(egad.interpret(egad.trace(update, x), x), expected(x))
+
+
+@pytest.mark.parametrize("case", [c for c in AT_UPDATES if not c.endswith("get")])
+def test_jax_functional_updates_have_the_gradients_of_finite_differences(case):
+    update, _ = AT_UPDATES[case]
+    x = np.random.default_rng(3).uniform(0.5, 1.5, (2, 3, 4))  # away from the min/max kinks at 6 and 9
+    assert_gradients_match(lambda x: enp.sum(update(x) ** 2), [x], [0], context=case)
 
 def test_a_bool_scalar_index_is_refused_with_what_to_write_instead():
     with pytest.raises(egad.UnsupportedError, match=r"(?s)bool scalar.*x\[None\]"):
