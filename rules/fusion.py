@@ -97,7 +97,7 @@ def fuse_matmul_sum(view) -> int:
     `h @ U` would keep it in. Float sums are reassociated (the last bits can differ)."""
     snapshot, types = view.snapshot, view.types
     sums: dict[ClassId, tuple[list, set]] = {}
-    memo: dict[ClassId, tuple[list, set] | None] = {}
+    memo: dict[ClassId, tuple[list, set] | int] = {}
     for cid in snapshot.nodes:
         found = _sum_of_products(view, cid, 0, memo)
         if found is not None and len(found[0]) > 1:
@@ -123,9 +123,18 @@ MAX_SUM_DEPTH = 16  # adds followed down one sum tree
 
 def _sum_of_products(view, cid: ClassId, depth: int, memo: dict) -> tuple[list, set] | None:
     """([(a, B) for each term], {the add classes walked}) when class `cid` is a matmul
-    `a @ B` with a fusable weight or a same-typed add of such sums, else None."""
-    if cid in memo:
-        return memo[cid]
+    `a @ B` with a fusable weight or a same-typed add of such sums, else None.
+
+    `memo` holds each class's sum, or the least depth it was missed from: a miss found
+    with less depth left holds with less still, and is searched again only from nearer
+    the root (at most MAX_SUM_DEPTH times a class). Without it the search was
+    exponential: a class holds many adds once associativity has run, and each of their
+    children was searched again from every path reaching it."""
+    known = memo.get(cid)
+    if isinstance(known, tuple):
+        return known
+    if known is not None and known <= depth:
+        return None
     found = None
     product = _fusable_product(view, cid)
     if product is not None:
@@ -142,8 +151,7 @@ def _sum_of_products(view, cid: ClassId, depth: int, memo: dict) -> tuple[list, 
             if None not in parts:
                 found = parts[0][0] + parts[1][0], {cid} | parts[0][1] | parts[1][1]
                 break
-    if found is not None or depth == 0:  # a miss below the depth limit may be found from nearer
-        memo[cid] = found
+    memo[cid] = found if found is not None else depth
     return found
 
 

@@ -22,6 +22,7 @@ from hypothesis.extra import numpy as hnp
 import egad
 import egad.numpy as enp
 from egad import rules
+from egad.rules import fusion
 from egad.egraph import Snapshot, decode, encode, extract_latest
 from egad.egraph.analysis import type_conflicts
 from egad.egraph.language import Term, op
@@ -406,6 +407,30 @@ def test_the_adjoints_sums_of_gate_products_become_one_matmul_each():
     assert program.report.matches["fuse-matmul-sum"] == 2
     assert_same_results(egad.interpret(program.program, *args), egad.interpret(gradient, *args))
 
+
+@egad.function
+def last_square_weighted(xs):
+    for row in xs:  # a traced loop
+        y = row * row
+    return enp.sum(y * np.array([0.7, 1.1, 0.9])) + enp.sum(y)
+
+
+def test_the_search_for_sums_of_products_visits_each_class_a_bounded_number_of_times(monkeypatch):
+    """Once associativity has run, a class holds many adds; searched again from every
+    path reaching it, `fuse-matmul-sum` never finished on this gradient (found by fuzzing)."""
+    calls, search = [0], fusion._sum_of_products
+
+    def counted(view, cid, depth, memo):
+        calls[0] += 1
+        if calls[0] > 200_000:
+            pytest.fail("the search is exponential")  # not an Exception: the schedule would skip the rule
+        return search(view, cid, depth, memo)
+
+    monkeypatch.setattr(fusion, "_sum_of_products", counted)
+    xs = np.arange(12.0).reshape(4, 3) / 10
+    gradient = egad.value_and_grad(egad.trace(last_square_weighted, xs), wrt=0)
+    program = Optimized(gradient)
+    assert_same_results(egad.interpret(program.program, xs), egad.interpret(gradient, xs))
 
 def test_batching_and_fusion_together_leave_one_matmul_per_step():
     args = tuple(np.random.default_rng(4).normal(size=shape) for shape in GATED_SHAPES.values())
