@@ -1,9 +1,14 @@
 """Lowering of egad's elementwise ops to Relax ops (numpy semantics, one dtype)."""
 from __future__ import annotations
 
+import math
+
 from tvm import relax, te, tirx, topi
 
-from .registry import lowers
+from egad.ir.types import FLOAT_DTYPES, INT_DTYPES
+
+from .reduction import check_exponent_not_negative
+from .registry import FunctionScope, lowers
 
 R = relax.op
 
@@ -24,6 +29,8 @@ _POLYNOMIAL_FLOAT32 = ("exp", "tanh", "sigmoid")  # lowered by _exp_tanh_or_sigm
 
 @lowers(*(name for name in _UNARY if name not in _POLYNOMIAL_FLOAT32))
 def _unary(bb, args, attrs, binding):
+    if binding.op == "sign" and binding.inputs[0].type.dtype in FLOAT_DTYPES:
+        return R.where(R.isnan(args[0]), args[0], R.sign(args[0]))  # numpy: sign(NaN) is NaN; TVM's is 0
     return _UNARY[binding.op](args[0])
 
 
@@ -56,16 +63,22 @@ def exp_te(x):
     return te.compute(x.shape, lambda *i: tirx.exp(x(*i)), name="exp")
 
 
-# float32 exp overflows to inf above this; fast_exp clamps its input at 88.376 instead
+# float32 exp overflows to inf above this; fast_exp clamps its input at _FAST_EXP_CLAMP instead
 _EXP_OVERFLOW_FLOAT32 = 88.72283935546875
+_FAST_EXP_CLAMP = 88.3762626647950  # topi's fast_exp_float32: its 2**n overflows the exponent above
 
 
 def fast_exp_float32(x):
-    """exp(x), flushing results below float32's smallest normal (x < -87.3) to 0."""
-    y = topi.fast_exp(x)
-    infinity = tirx.const(float("inf"), "float32")
-    return te.compute(x.shape, lambda *i: tirx.Select(x(*i) > tirx.const(_EXP_OVERFLOW_FLOAT32, "float32"),
-                                                      infinity, y(*i)), name="exp")
+    """exp(x), flushing results below float32's smallest normal (x < -87.3) to 0.
+    Between fast_exp's clamp and the overflow it is exp(x - 0.5) * e**0.5 (x - 0.5 is
+    exact there), chosen by selects so the loop stays one vectorized polynomial."""
+    clamp, half = tirx.const(_FAST_EXP_CLAMP, "float32"), tirx.const(0.5, "float32")
+    shifted = te.compute(x.shape, lambda *i: tirx.Select(x(*i) > clamp, x(*i) - half, x(*i)), name="shifted")
+    y = topi.fast_exp(shifted)
+    infinity, root_e = tirx.const(float("inf"), "float32"), tirx.const(math.exp(0.5), "float32")
+    return te.compute(x.shape, lambda *i: tirx.Select(
+        x(*i) > tirx.const(_EXP_OVERFLOW_FLOAT32, "float32"), infinity,
+        tirx.Select(x(*i) > clamp, y(*i) * root_e, y(*i))), name="exp")
 
 
 def _fast_sigmoid(x):
@@ -79,7 +92,176 @@ _FAST_FLOAT32 = {"exp": fast_exp_float32, "tanh": topi.fast_tanh, "sigmoid": _fa
 
 @lowers(*_BINARY)
 def _binary(bb, args, attrs, binding):
-    return _BINARY[binding.op](args[0], args[1])
+    a, b = args
+    dtype = binding.inputs[0].type.dtype
+    if binding.op in _COMPARISONS and dtype == "bool":
+        # LLVM has no ordered compare of i1 (TVM emits fcmp): compare bools as int8
+        a, b = R.astype(a, "int8"), R.astype(b, "int8")
+    elif dtype in FLOAT_DTYPES and binding.op in ("maximum", "minimum"):
+        # numpy propagates NaN; TVM's max/min compare and select, which drops it
+        either_nan = R.logical_or(R.isnan(a), R.isnan(b))
+        return R.where(either_nan, R.add(a, b), _BINARY[binding.op](a, b))
+    elif dtype in FLOAT_DTYPES and binding.op == "ne":
+        # numpy's != is unordered (True beside NaN); TVM's is an ordered compare
+        return R.logical_or(R.not_equal(a, b), R.logical_or(R.isnan(a), R.isnan(b)))
+    elif dtype in FLOAT_DTYPES and binding.op in ("floordiv", "mod"):
+        return _elementwise_te(bb, _npy_floordiv if binding.op == "floordiv" else _npy_mod, args, binding.op)
+    elif binding.op in ("floordiv", "mod") and not _excludes(binding.inputs[1], (0, -1)):
+        guarded = _guarded_int_floordiv if binding.op == "floordiv" else _guarded_int_mod
+        return _elementwise_te(bb, guarded, args, binding.op)
+    elif binding.op == "pow" and dtype in INT_DTYPES:
+        return _integer_power(bb, args, binding)
+    return _BINARY[binding.op](a, b)
+
+
+_COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")
+
+
+def _excludes(var, values) -> bool:
+    """Whether egad/ir/index_ranges.py proves the integer `var` never one of `values`."""
+    interval = FunctionScope.ranges.get(var.uid)
+    return interval is not None and not interval.empty and all(not interval.lo <= v <= interval.hi for v in values)
+
+
+def _elementwise_te(bb, scalar_fn, args, name: str):
+    """One TE kernel computing scalar_fn(*elements) per element of args broadcast together
+    (numpy's rule: trailing axes aligned, size 1 stretched)."""
+    return bb.emit_te(lambda *tensors: _broadcast_compute(scalar_fn, tensors, name), *args, primfunc_name_hint=name)
+
+
+def _broadcast_compute(scalar_fn, tensors, name: str):
+    """te.compute of scalar_fn over the elements of `tensors` broadcast together."""
+    rank = max(len(t.shape) for t in tensors)
+
+    def dims_at(k):  # the tensors' sizes on output axis k
+        return [t.shape[k - rank + len(t.shape)] for t in tensors if k - rank + len(t.shape) >= 0]
+
+    shape = [next((d for d in dims_at(k) if not _is_one(d)), dims_at(k)[0]) for k in range(rank)]
+
+    def read(t, index):
+        own = index[rank - len(t.shape):]
+        return t(*[0 if _is_one(d) else i for d, i in zip(t.shape, own)])
+
+    return te.compute(shape, lambda *index: scalar_fn(*(read(t, index) for t in tensors)), name=name)
+
+
+def _is_one(dim) -> bool:
+    return isinstance(dim, (int, tirx.IntImm)) and int(dim) == 1
+
+
+def _npy_divmod(a, b):
+    """(a // b, a % b) for floats as numpy computes them (npy_divmod in
+    numpy/_core/src/npymath/npy_math_internal.h.src): from the exact fmod, so 1.0 // 0.1
+    is 9 (floor(1.0 / 0.1) is 10) and inf // 2 is NaN. `if (mod)` in C is true for NaN,
+    and TVM's `!=` on floats is ordered, so the branches test `== 0` instead."""
+    zero, one = tirx.const(0, str(a.ty)), tirx.const(1, str(a.ty))
+    mod = tirx.Mod(a, b)  # fmod: exact; LLVM frem, CUDA fmod (TVM has no LLVM rule for tirx.fmod)
+    div = (a - mod) / b
+    signs_differ = tirx.Cast("int8", b < zero) != tirx.Cast("int8", mod < zero)  # (TVM compares i1 as floats)
+    adjust = tirx.Select(mod == zero, tirx.const(False), signs_differ)  # to Python's sign rule
+    mod = tirx.Select(mod == zero, tirx.copysign(zero, b), tirx.Select(adjust, mod + b, mod))
+    div = tirx.Select(adjust, div - one, div)
+    floor = tirx.floor(div)
+    snapped = floor + tirx.Select(div - floor > tirx.const(0.5, str(a.ty)), one, zero)  # to the nearest integer
+    floordiv = tirx.Select(div == zero, tirx.copysign(zero, a / b), snapped)
+    return tirx.Select(b == zero, a / b, floordiv), mod  # by 0: numpy's a / b and fmod's NaN
+
+
+def _npy_floordiv(a, b):
+    return _npy_divmod(a, b)[0]
+
+
+def _npy_mod(a, b):
+    return _npy_divmod(a, b)[1]
+
+
+def _guarded_int_floordiv(a, b):
+    """numpy's integer a // b without a trap: 0 where b is 0, INT_MIN // -1 wraps to
+    INT_MIN (the hardware's division traps on both: SIGFPE)."""
+    zero, minus_one = tirx.const(0, str(a.ty)), tirx.const(-1, str(a.ty))
+    quotient = tirx.floordiv(a, tirx.Select(tirx.Or(b == zero, b == minus_one), tirx.const(1, str(a.ty)), b))
+    lowest = tirx.min_value(str(a.ty))
+    negated = tirx.Select(a == lowest, lowest, zero - a)  # -INT_MIN overflows: numpy wraps it to itself
+    return tirx.Select(b == zero, zero, tirx.Select(b == minus_one, negated, quotient))
+
+
+def _guarded_int_mod(a, b):
+    """numpy's integer a % b without a trap: 0 where b is 0 or -1."""
+    zero, minus_one = tirx.const(0, str(a.ty)), tirx.const(-1, str(a.ty))
+    divisor_is_safe = tirx.Or(b == zero, b == minus_one)
+    return tirx.Select(divisor_is_safe, zero,
+                       tirx.floormod(a, tirx.Select(divisor_is_safe, tirx.const(1, str(a.ty)), b)))
+
+
+def _integer_power(bb, args, binding):
+    """numpy's integer a ** b (TVM's power is float only): square and multiply over the
+    exponent's bits, wrapping as numpy does; as many bits as the exponent's proven range
+    needs (2 for x ** 2). A negative exponent raises, as in the interpreter (numpy:
+    "Integers to negative integer powers are not allowed"), by a host call."""
+    dtype = binding.inputs[0].type.dtype
+    value_bits = int(dtype[len("int"):]) - 1
+    interval = FunctionScope.ranges.get(binding.inputs[1].uid)
+    if interval is None or interval.empty or interval.lo < 0:
+        check_exponent_not_negative(bb, args[1], binding)
+    bits = value_bits if interval is None or interval.empty else max(1, min(value_bits, interval.hi.bit_length()))
+    base, exponent = args
+    # 8 bits per kernel, kernels not fused: TVM's simplifier sees through the Lets of one
+    # kernel and expands base * base * ... (2**bits factors; minutes, or a stack overflow)
+    result = bb.emit(R.ones_like(R.add(base, exponent)))
+    for first in range(0, bits, _POWER_BITS_PER_KERNEL):
+        last = min(bits, first + _POWER_BITS_PER_KERNEL)
+        result = _unfused(bb, bb.emit_te(_times_power_bits, result, base, exponent, first, last,
+                                         primfunc_name_hint="pow"))
+        if last < bits:
+            base = _unfused(bb, bb.emit_te(_squared_times, base, last - first, primfunc_name_hint="pow_square"))
+    return result
+
+
+def _unfused(bb, var):
+    """var, its kernel marked opaque so that FuseOps leaves it alone."""
+    kernel = bb.lookup_binding(var).args[0]
+    bb.update_func(kernel, bb.get()[kernel].with_attr("op_pattern", 8))
+    return var
+
+
+_POWER_BITS_PER_KERNEL = 8
+
+
+def _times_power_bits(result, base, exponent, first: int, last: int):
+    """result * base ** (bits first..last-1 of exponent, shifted down by `first`)."""
+    dtype = result.dtype
+
+    def step(result, base, exponent):
+        lets, one = [], tirx.const(1, dtype)
+        for bit in range(first, last):
+            bit_set = tirx.bitwise_and(tirx.shift_right(exponent, tirx.const(bit, dtype)), one) == one
+            result_var = tirx.Var(f"result{bit}", dtype)
+            lets.append((result_var, tirx.Select(bit_set, result * base, result)))
+            result = result_var
+            if bit + 1 < last:
+                square = tirx.Var(f"square{bit}", dtype)  # a Let: base is read twice
+                lets.append((square, base * base))
+                base = square
+        for var, value in reversed(lets):
+            result = tirx.Let(var, value, result)
+        return result
+
+    return _broadcast_compute(step, [result, base, exponent], "pow")
+
+
+def _squared_times(base, times: int):
+    """base ** (2 ** times)."""
+    def square(x):
+        lets = []
+        for k in range(times):
+            var = tirx.Var(f"square{k}", base.dtype)
+            lets.append((var, x * x))
+            x = var
+        for var, value in reversed(lets):
+            x = tirx.Let(var, value, x)
+        return x
+
+    return te.compute(base.shape, lambda *i: square(base(*i)), name="square")
 
 
 @lowers("expm1")

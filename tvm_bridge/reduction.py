@@ -6,7 +6,10 @@ its init (the lowest float) or memory never written. Where a reduced axis is sym
 (or 0), a host call checks its size first (`egad.reduction_is_empty`), raising
 ValueError with the site; `Compiled.__call__` turns it into ShapeError naming the op
 and the user's line (`empty_reduction_error`). Sites are numbered in
-`reduction_sites` order, the same in every program of one structure.
+`reduction_sites` order, the same in every program of one structure. Integer `pow`
+shares these sites: numpy has no value for a negative integer exponent either, so a
+host call checks the exponent (`egad.exponent_is_negative`) and the same path raises
+the interpreter's ShapeError.
 """
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ from tvm import relax, te, tirx
 from egad.errors import ShapeError, message
 from egad.ir.ops import parse_einsum
 from egad.ir.program import Program, walk_bindings
-from egad.ir.types import FLOAT_DTYPES
+from egad.ir.types import FLOAT_DTYPES, INT_DTYPES
 
 from .creation import filled
 from .index_checks import site_of
@@ -34,7 +37,8 @@ _REDUCE = {"reduce_sum": R.sum, "reduce_mean": R.mean, "reduce_max": R.max, "red
 NO_IDENTITY = {"reduce_max": "zero-size array to reduction operation maximum which has no identity",
                "reduce_min": "zero-size array to reduction operation minimum which has no identity",
                "argmax": "attempt to get argmax of an empty sequence"}
-_EMPTY = re.compile(r"egad reduction site (\d+): an axis of size 0")
+NEGATIVE_EXPONENT = "Integers to negative integer powers are not allowed."  # numpy's words, as the interpreter's
+_EMPTY = re.compile(r"egad reduction site (\d+): (an axis of size 0|a negative integer exponent)")
 
 
 @tvm.register_global_func("egad.reduction_is_empty", override=True)
@@ -43,9 +47,17 @@ def _reduction_is_empty(site: int, *sizes) -> None:
         raise ValueError(f"egad reduction site {site}: an axis of size 0")
 
 
+@tvm.register_global_func("egad.exponent_is_negative", override=True)
+def _exponent_is_negative(site: int, exponent) -> None:
+    if (exponent.numpy() < 0).any():
+        raise ValueError(f"egad reduction site {site}: a negative integer exponent")
+
+
 def reduction_sites(program: Program) -> list:
-    """The reductions without identity (max, min, argmax) of `program` in walk order."""
-    return [binding for binding in walk_bindings(program.region) if binding.op in NO_IDENTITY]
+    """The reductions without identity (max, min, argmax) and the integer powers of
+    `program` in walk order: the ops whose compiled code checks a value on the host."""
+    return [binding for binding in walk_bindings(program.region)
+            if binding.op in NO_IDENTITY or binding.op == "pow" and binding.inputs[0].type.dtype in INT_DTYPES]
 
 
 def found_empty_reduction(error: ValueError) -> int | None:
@@ -57,10 +69,21 @@ def found_empty_reduction(error: ValueError) -> int | None:
 def empty_reduction_error(program: Program, site: int) -> ShapeError:
     """The error a compiled `program` raises for an empty reduction at `site`."""
     op, where = site_of(reduction_sites(program), site, "reduction")
+    if op == "pow":
+        return ShapeError(message(f"pow: {NEGATIVE_EXPONENT}", where=where,
+                                  instead="keep integer exponents >= 0, or cast the base to float first"))
     what = NO_IDENTITY.get(op, "a reduction over an axis of size 0")
     return ShapeError(message(f"{op}: {what}", where=where,
                               instead="reduce over a non-empty axis (check the sequence length), or guard the "
                                       "reduction with egad.cond"))
+
+
+def check_exponent_not_negative(bb, exponent, binding) -> None:
+    """A host call raising where an element of the integer `exponent` of `binding` (a
+    pow) is negative at run time."""
+    bb.emit(relax.Call(relax.ExternFunc("egad.exponent_is_negative"),
+                       [relax.prim_value(FunctionScope.empty_sites.get(id(binding), -1), "int64"), exponent],
+                       ty_args=[relax.TupleType([])]))
 
 
 def _check_not_empty(bb, x, binding, axes) -> None:
@@ -121,7 +144,37 @@ def _reduce_bool(bb, args, attrs, binding):
 @lowers("argmax")
 def _argmax(bb, args, attrs, binding):
     _check_not_empty(bb, args[0], binding, [attrs["axis"]])
+    if binding.inputs[0].type.dtype in FLOAT_DTYPES:
+        index_and_value = bb.emit_te(_argmax_first_nan, args[0], attrs["axis"], primfunc_name_hint="argmax")
+        return relax.TupleGetItem(index_and_value, 0)
     return R.astype(R.argmax(args[0], axis=attrs["axis"]), "int64")
+
+
+def _argmax_first_nan(x, axis: int):
+    """The index of the first maximum of x along `axis`, or of its first NaN, as numpy
+    (TVM's argmax compares, and every comparison with NaN is false, so it skips NaN).
+    One reduction, whose order is total (NaN above all, then value, then the lower
+    index), so it may be combined in any order; the identity's index is -1."""
+    def combine(lhs, rhs):
+        (i, a), (j, b) = lhs, rhs
+        better_value = tirx.Or(a > b, tirx.And(a == b, i < j))
+        lhs_wins = tirx.And(i >= 0, tirx.Or(j < 0, tirx.Select(
+            tirx.isnan(a), tirx.Or(tirx.Not(tirx.isnan(b)), i < j), tirx.And(tirx.Not(tirx.isnan(b)), better_value))))
+        return tirx.Select(lhs_wins, i, j), tirx.Select(lhs_wins, a, b)
+
+    def identity(index_dtype, value_dtype):
+        return tirx.const(-1, index_dtype), tirx.const(0, value_dtype)
+
+    first_max = te.comm_reducer(combine, identity, name="argmax_first_nan")
+    axis = axis % len(x.shape)
+    k = te.reduce_axis((0, x.shape[axis]), name="k")
+
+    def at(out_position):
+        return [*out_position[:axis], k, *out_position[axis:]]
+
+    out_shape = [d for n, d in enumerate(x.shape) if n != axis]
+    # both outputs: a value buffer kept inside the function is a global allocation, which CUDA refuses
+    return list(te.compute(out_shape, lambda *o: first_max((tirx.Cast("int64", k), x(*at(o))), axis=k), name="argmax"))
 
 
 def empty_reduction(args, binding):
@@ -141,6 +194,9 @@ def empty_reduction(args, binding):
         fill = 0.0
     elif binding.op == "einsum" and _contracts_an_empty_letter(binding, inputs):
         fill = 0.0
+    elif binding.op in ("reduce_any", "reduce_all") and any(inputs[0].shape[axis] == 0
+                                                            for axis in binding.attrs["axes"]):
+        fill = binding.op == "reduce_all"  # numpy: any of nothing is False, all of nothing True
     else:
         return None
     return filled(output.shape, fill, output.dtype)
