@@ -10,7 +10,8 @@ Tapes are handles (int64 scalars) into a Python-side table of stacks (`_Tape`).
 
 A packed function must never return one of its own arguments that the VM allocated:
 the VM's memory planner may reuse such a buffer once the call has consumed it. Loops
-that ran zero times return copies of their initial state. Tape handles are the
+return copies of whatever of their state still is an argument (`_not_arguments`): all
+of it after zero trips, a value every trip passed through. Tape handles are the
 exception: each is a tensor made here by `tape_alloc`, outside the VM's storage
 pool, so push and pop hand the same handle back (making a new one cost ~35 us, the
 largest part of a push).
@@ -33,6 +34,7 @@ import tvm_ffi
 from tvm_ffi import _ffi_api as _ffi
 
 _TAPES: dict[int, "_Tape"] = {}
+_TAPE_HANDLE_ADDRESSES: set[int] = set()  # where the live tapes' handle tensors' data are
 _tape_ids = itertools.count(1)
 
 
@@ -114,24 +116,35 @@ def _for_loop(invoke, body, lo, hi, reverse, n_state, ys_layout, *values):
             stacked.put(i - lo, out[n_state:-1])
         counter = out[-1]
     ys = stacked.result(device) if has_ys else []
-    if not steps:
-        state = [_copy(v) for v in state]
-    return tvm_ffi.convert(state + ys)
+    return tvm_ffi.convert(_not_arguments(state, values) + ys)
 
 
 @tvm_ffi.register_global_func("egad.while_loop", override=True)
 def _while_loop(invoke, cond, body, n_state, max_iters, *values):
     """`while cond(state): state = body(state)`, at most `max_iters` trips (-1: no bound)."""
     n_state, max_iters = int(n_state), int(max_iters)
-    initial = state = list(values[:n_state])
+    state = list(values[:n_state])
     invariants = list(values[n_state:])
     trips = 0
     while _scalar(_ffi.ArrayGetItem(invoke(cond, invoke, *state, *invariants), 0)) and trips != max_iters:
         state = _items(invoke(body, invoke, *state, *invariants))
         trips += 1
-    if state is initial:
-        state = [_copy(v) for v in state]
-    return tvm_ffi.convert(state)
+    return tvm_ffi.convert(_not_arguments(state, values))
+
+
+def _not_arguments(results: list, arguments) -> list:
+    """`results`, each that holds an argument's buffer copied (the state of a loop that
+    ran zero times, or a value every trip passed through, or an invariant carried out):
+    the VM may reuse an argument's buffer once the call has consumed it. Tape handles
+    are handed back as they are (made by tape_alloc, outside the VM's pool)."""
+    given = {_address(v) for v in arguments if isinstance(v, tvm.runtime.Tensor)} - _TAPE_HANDLE_ADDRESSES
+    return [_copy(v) if isinstance(v, tvm.runtime.Tensor) and _address(v) in given else v for v in results]
+
+
+def _address(tensor) -> int:
+    """Where a tensor's data starts: an argument, a Relax reshape (a view) of it, or the
+    same tensor passed through, all start there."""
+    return tensor.data_ptr()
 
 
 def _copy(value):
@@ -159,8 +172,10 @@ def _int64_scalar(value: int, device):
 @tvm_ffi.register_global_func("egad.tape_alloc", override=True)
 def _tape_alloc():
     handle = next(_tape_ids)
-    _TAPES[handle] = _Tape()
-    return _handle(handle)
+    tape = _TAPES[handle] = _Tape()
+    tape.handle = _handle(handle)  # kept alive with the tape, so no other tensor takes its address
+    _TAPE_HANDLE_ADDRESSES.add(_address(tape.handle))
+    return tape.handle
 
 
 @tvm_ffi.register_global_func("egad.tape_push", override=True)
@@ -211,10 +226,11 @@ class _Tape:
     SLAB_BYTES = 1 << 20
     GROWTH = 4  # a new slab holds at most 1/GROWTH of the rows before it (and at least a first slab's)
 
-    __slots__ = ("rows", "copies", "slabs", "handed_out", "shape", "dtype", "stride", "first", "largest",
+    __slots__ = ("handle", "rows", "copies", "slabs", "handed_out", "shape", "dtype", "stride", "first", "largest",
                  "growth_starts", "rows_before_largest")
 
     def __init__(self):
+        self.handle = None  # the tensor tape_alloc handed out
         self.rows = 0  # rows in the slabs (the copies, once any exist, hold every row)
         self.copies: list | None = None
         self.slabs: list[np.ndarray] = []  # slab k: (first << k or largest, *shape), rows `stride` bytes apart
@@ -398,6 +414,8 @@ def forget_spare_buffers() -> None:
 def release_tapes(first_handle: int):
     """Forget the tapes allocated since `first_handle` (after a call returns)."""
     for handle in [h for h in _TAPES if h >= first_handle]:
-        _SPARE_BUFFERS.give_back(_TAPES.pop(handle))
+        tape = _TAPES.pop(handle)
+        _TAPE_HANDLE_ADDRESSES.discard(_address(tape.handle))
+        _SPARE_BUFFERS.give_back(tape)
     _SPARE_BUFFERS.reclaim()
 
