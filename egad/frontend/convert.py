@@ -11,7 +11,11 @@ Two passes over the function's AST:
    variables the statement assigns, and a call to a runtime helper
    (egad/frontend/convert_runtime.py) that runs Python's statement on concrete
    values and an egad combinator on traced ones. `and`/`or`/`not`, chained
-   comparisons and `x if c else y` become runtime calls too.
+   comparisons and `x if c else y` become runtime calls too, with the operands
+   Python may skip as thunks. A variable a nested def or lambda reads is shared
+   (`nonlocal`) by the generated functions rather than passed to them, so the
+   closure sees its current value; names bound by `:=` in a thunk or a `while`
+   test are carried out explicitly.
 
 Every generated node keeps the line of the statement it came from and the code is
 compiled under the original file name, so errors, IR source locations and
@@ -20,6 +24,7 @@ tracebacks point at the user's own lines.
 from __future__ import annotations
 
 import ast
+import copy
 import functools
 import inspect
 import itertools
@@ -162,6 +167,12 @@ def assigned_names(statements) -> list[str]:
 
         def visit_Global(self, node):
             pass
+
+        def visit_For(self, node):
+            if not getattr(node, "egad_item", None):  # a generated item exists only inside the loop's body
+                self.visit(node.target)
+            for child in (node.iter, *node.body, *node.orelse):
+                self.visit(child)
 
     for statement in statements:
         Visitor().visit(statement)
@@ -372,9 +383,16 @@ class _JumpRewriter:
             if stops:
                 node.test = ast.BoolOp(ast.And(), [self._none_set(stops), node.test])
             node.body = _located(prefix, node) + (body or [ast.Pass()])
+        elif stops:
+            # After a break (or return) Python leaves the target at the element it stopped on:
+            # the assignment of the target is skipped with the rest of the body.
+            item = f"__egad_item_{loop_id}"
+            unpack = _located([ast.Assign([node.target], _name(item))], node)
+            node.target = _name(item, store=True)
+            node.egad_item = item
+            node.body = _located(prefix, node) + _located([_guard(self._none_set(stops), unpack + body)], node)
         else:
-            guarded = [_guard(self._none_set(stops), body or [ast.Pass()])] if stops else body
-            node.body = _located(prefix, node) + _located(guarded, node) if stops else _located(prefix, node) + body
+            node.body = _located(prefix, node) + body
         return _located(before, node) + [node], sets
 
 
@@ -384,6 +402,10 @@ class _FunctionConverter:
     def __init__(self, filename: str):
         self.filename = filename
         self.outer_scope: dict[str, type] = {}  # names declared global/nonlocal -> ast.Global/ast.Nonlocal
+        # Variables that nested functions (defs, lambdas) may read: the generated functions
+        # share them with the converted function (`nonlocal`) instead of taking them as
+        # parameters, so that a closure called inside a branch or loop sees their current value.
+        self.closure_names: set[str] = set()
 
     def convert_function(self, node):
         """Rewrite a FunctionDef in place."""
@@ -402,6 +424,7 @@ class _FunctionConverter:
         for statement in body:
             self.outer_scope.update(_declared_outer(statement))
         local_names = [n for n in assigned_names(body) if n not in params and n not in self.outer_scope]
+        self.closure_names = _closure_reads(node.body) & (params | set(local_names))
         prologue = _located([_assign(n, _call("Undefined", ast.Constant(n))) for n in local_names], node)
         node.body = prologue + self.block(body)
 
@@ -423,14 +446,24 @@ class _FunctionConverter:
             return self._for(node)
         if isinstance(node, ast.Assert):
             message_thunk = _thunk(node.msg) if node.msg is not None else ast.Constant(None)
-            call = ast.Expr(_call("assert_", _thunk(_Expressions().visit(node.test)), message_thunk))
+            call = ast.Expr(_call("assert_", _thunk(_Expressions(self.filename).visit(node.test)), message_thunk))
             return _located([call], node)
         for field in ("body", "orelse", "finalbody"):
             if isinstance(getattr(node, field, None), list):
                 setattr(node, field, self.block(getattr(node, field)))
         for handler in getattr(node, "handlers", []):
             handler.body = self.block(handler.body)
-        return [_Expressions().visit(node)]
+        return [_Expressions(self.filename).visit(node)]
+
+    def _generated(self, name, params, body, like):
+        """A generated function of the statement's variables. Those that closures read are
+        the converted function's own variables, set from the parameters on entry."""
+        shared = [p for p in params if p in self.closure_names]
+        if shared:
+            params = [f"__egad_shared_{p}" if p in shared else p for p in params]
+            body = _located([ast.Nonlocal(shared)] + [_assign(p, _name(f"__egad_shared_{p}")) for p in shared],
+                            like) + body
+        return _def(name, params, body, like)
 
     def _local(self, names):
         """The assigned names that are this function's locals (state of the statement)."""
@@ -465,11 +498,11 @@ class _FunctionConverter:
         statement_id = next(_counter)
         then_names, else_names = self._local(assigned_names(node.body)), self._local(assigned_names(node.orelse))
         names = then_names + [n for n in else_names if n not in then_names]
-        test = _Expressions().visit(node.test)
-        then_fn = _def(f"__egad_then_{statement_id}", names, self._redeclare(node.body) + self.block(node.body)
-                       + [ast.Return(_tuple(names))], node)
-        else_fn = _def(f"__egad_else_{statement_id}", names, self._redeclare(node.orelse) + self.block(node.orelse)
-                       + [ast.Return(_tuple(names))], node)
+        test = _Expressions(self.filename).visit(node.test)
+        then_body = self._redeclare(node.body) + self.block(node.body) + [ast.Return(_tuple(names))]
+        else_body = self._redeclare(node.orelse) + self.block(node.orelse) + [ast.Return(_tuple(names))]
+        then_fn = self._generated(f"__egad_then_{statement_id}", names, then_body, node)
+        else_fn = self._generated(f"__egad_else_{statement_id}", names, else_body, node)
         call = _call("if_stmt", test, _name(then_fn.name), _name(else_fn.name), _tuple(names), _strings(names),
                      self._info(node, "if", then_names, else_names, [node.body, node.orelse],
                                 guard=getattr(node, "egad_guard", False)))
@@ -477,11 +510,20 @@ class _FunctionConverter:
         return _located([then_fn, else_fn, result], node)
 
     def _while(self, node):
+        if _bound_names(node.test):
+            # `while (s := f(x)) < t:` binds s in the function; a separate condition function
+            # would lose it. The test runs before the loop and again at the end of each trip.
+            test = f"__egad_test_{next(_counter)}"
+            before = self.statement(_located([_assign(test, node.test)], node)[0])
+            node.body = node.body + _located([_assign(test, copy.deepcopy(node.test))], node)
+            node.test = _name(test)
+            return before + self._while(node)
         statement_id = next(_counter)
         names = self._local(assigned_names(node.body))
-        cond_fn = _def(f"__egad_cond_{statement_id}", names, [ast.Return(_Expressions().visit(node.test))], node)
-        body_fn = _def(f"__egad_body_{statement_id}", names, self._redeclare(node.body) + self.block(node.body)
-                       + [ast.Return(_tuple(names))], node)
+        cond_fn = self._generated(f"__egad_cond_{statement_id}", names,
+                                  [ast.Return(_Expressions(self.filename).visit(node.test))], node)
+        body = self._redeclare(node.body) + self.block(node.body) + [ast.Return(_tuple(names))]
+        body_fn = self._generated(f"__egad_body_{statement_id}", names, body, node)
         call = _call("while_stmt", _name(cond_fn.name), _name(body_fn.name), _tuple(names), _strings(names),
                      self._info(node, "while", blocks=[node.body]))
         result = ast.Assign([_tuple(names, store=True)], call) if names else ast.Expr(call)
@@ -489,14 +531,18 @@ class _FunctionConverter:
 
     def _for(self, node):
         statement_id = next(_counter)
-        target_names = self._local(assigned_names([ast.Assign([node.target], ast.Constant(None))]))
+        item = getattr(node, "egad_item", None)
+        if item is not None:  # the jump pass already assigns the target inside the body, under a guard
+            unpack = []
+        else:
+            item = f"__egad_item_{statement_id}"
+            unpack = [ast.Assign([node.target], _name(item))]
+        target_names = self._local(assigned_names(unpack))
         names = target_names + [n for n in self._local(assigned_names(node.body)) if n not in target_names]
-        item = f"__egad_item_{statement_id}"
-        unpack = ast.Assign([node.target], _name(item))
-        body_fn = _def(f"__egad_body_{statement_id}", [item, *names],
-                       self._redeclare([unpack, *node.body]) + _located([unpack], node) + self.block(node.body)
-                       + [ast.Return(_tuple(names))], node)
-        iterable = _Expressions().visit(node.iter)
+        body_fn = self._generated(f"__egad_body_{statement_id}", [item, *names],
+                                  self._redeclare([*unpack, *node.body]) + _located(unpack, node)
+                                  + self.block(node.body) + [ast.Return(_tuple(names))], node)
+        iterable = _Expressions(self.filename).visit(node.iter)
         if isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Name) and iterable.func.id == "range" \
                 and not iterable.keywords:
             iterable = _call("range_", *iterable.args)
@@ -504,6 +550,21 @@ class _FunctionConverter:
                      self._info(node, "for", blocks=[node.body]))
         result = ast.Assign([_tuple(names, store=True)], call) if names else ast.Expr(call)
         return _located([body_fn, result], node)
+
+
+def _closure_reads(statements) -> set[str]:
+    """Every name used inside the nested functions (defs, lambdas) of a block: a superset
+    of the block's variables those functions read from their enclosing scope."""
+    names = set()
+    for statement in statements:
+        for node in ast.walk(statement):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                for inner in ast.walk(node):
+                    if isinstance(inner, ast.Name):
+                        names.add(inner.id)
+                    elif isinstance(inner, ast.Nonlocal):
+                        names.update(inner.names)
+    return names
 
 
 def _declared_outer(statement) -> dict[str, type]:
@@ -516,19 +577,48 @@ def _declared_outer(statement) -> dict[str, type]:
 
 
 class _Expressions(ast.NodeTransformer):
-    """`and`/`or`/`not`, chained comparisons and `x if c else y` on traced values."""
+    """`and`/`or`/`not`, chained comparisons and `x if c else y` on traced values.
+
+    The operands Python may skip run in lambdas (thunks). A `:=` inside one would bind
+    the lambda's variable, so such a thunk takes the bound variables' values as
+    parameters and returns their new values; the runtime helper hands them back and
+    the expression assigns them (`(r := helper(...), s := r[1][0], r[0])[-1]`)."""
+
+    def __init__(self, filename: str = "<unknown>"):
+        self.filename = filename
 
     def visit_FunctionDef(self, node):
         return node  # converted separately, as its own scope
 
     visit_AsyncFunctionDef = visit_Lambda = visit_FunctionDef
 
+    def _lazy(self, expressions, node, helper, *leading):
+        """`helper(*leading, *thunks of expressions)`, carrying the names they bind with `:=`."""
+        bound = []
+        for expression in expressions:
+            bound += [n for n in _bound_names(expression) if n not in bound]
+        params = ast.arguments(posonlyargs=[], args=[ast.arg(n) for n in bound], kwonlyargs=[], kw_defaults=[],
+                               defaults=[])
+        if not bound:
+            return ast.copy_location(_call(helper, *leading, *[ast.Lambda(params, e) for e in expressions]), node)
+        thunks = [ast.Lambda(params, ast.Tuple([e, _tuple(bound)], ast.Load())) for e in expressions]
+        info = ast.Tuple([_strings(bound), _tuple(bound), ast.Constant(self.filename), ast.Constant(node.lineno)],
+                         ast.Load())
+        result = f"__egad_bound_{next(_counter)}"
+        call = ast.NamedExpr(_name(result, store=True), _call(helper, *leading, *thunks, info))
+        write_back = [ast.NamedExpr(_name(n, store=True),
+                                    ast.Subscript(ast.Subscript(_name(result), ast.Constant(1), ast.Load()),
+                                                  ast.Constant(k), ast.Load())) for k, n in enumerate(bound)]
+        value = ast.Subscript(_name(result), ast.Constant(0), ast.Load())
+        whole = ast.Subscript(ast.Tuple([call, *write_back, value], ast.Load()), ast.Constant(-1), ast.Load())
+        return ast.copy_location(whole, node)
+
     def visit_BoolOp(self, node):
         self.generic_visit(node)
         helper = "and_" if isinstance(node.op, ast.And) else "or_"
         result = node.values[-1]
-        for value in reversed(node.values[:-1]):
-            result = _call(helper, _thunk(value), _thunk(result))
+        for value in reversed(node.values[:-1]):  # the first operand always runs: it is passed as a value
+            result = self._lazy([result], node, helper, value)
         return ast.copy_location(result, node)
 
     def visit_UnaryOp(self, node):
@@ -539,7 +629,7 @@ class _Expressions(ast.NodeTransformer):
 
     def visit_IfExp(self, node):
         self.generic_visit(node)
-        return ast.copy_location(_call("if_exp", node.test, _thunk(node.body), _thunk(node.orelse)), node)
+        return self._lazy([node.body, node.orelse], node, "if_exp", node.test)
 
     def visit_Compare(self, node):
         self.generic_visit(node)
@@ -550,6 +640,14 @@ class _Expressions(ast.NodeTransformer):
                  zip([node.left, *node.comparators[:-1]], node.ops, node.comparators)]
         result = parts[-1]
         for part in reversed(parts[:-1]):
-            result = _call("and_", _thunk(part), _thunk(result))
+            result = self._lazy([result], node, "and_", part)
         return ast.copy_location(result, node)
 
+
+def _bound_names(expression) -> list[str]:
+    """The user's variables that `:=` in an expression binds in the expression's scope."""
+    names = []
+    for node in _walk_scope(expression, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        if isinstance(node, ast.NamedExpr) and not node.target.id.startswith("__egad") and node.target.id not in names:
+            names.append(node.target.id)
+    return names

@@ -8,18 +8,21 @@ state.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import re
 
 import numpy as np
 
-from ..errors import EgadError, TracerConversionError, UnsupportedError, message
+from ..errors import EgadError, LoopStateError, TracerConversionError, UnsupportedError, message
+from ..ir.index_ranges import INDEX_OPS
 from ..ir.types import TensorType
 from ..pytree import flatten, unflatten
 from ..source import SourceLoc, user_location
 from . import context
 from . import control
 from . import numpy_api as enp
-from .primitives import dtype_of, is_tracer
+from .primitives import apply1, dtype_of, is_tracer
 from .tracer import Tracer
 
 
@@ -65,7 +68,7 @@ class StatementInfo:
 
     file: str
     line: int
-    kind: str  # "if" | "while" | "for"
+    kind: str  # "if" | "while" | "for", or for `:=` in a lazy operand: "and" | "or" | "x if c else y"
     unconvertible: tuple[tuple[str, int], ...] = ()  # (construct, line)
     then_assigns: tuple[str, ...] = ()
     else_assigns: tuple[str, ...] = ()
@@ -75,12 +78,18 @@ class StatementInfo:
     guard: bool = False
 
     @property
+    def construct(self) -> str:
+        """How messages name the statement: `the if`, or the expression (`the `and``)."""
+        return "an if" if self.kind == "if" else f"`{self.kind}`"
+
+    @property
     def where(self) -> str:
         return SourceLoc(self.file, self.line).long()
 
 
 _CONSTRUCTS = {"try": "a `try` statement", "global": "a `global` declaration", "nonlocal": "a `nonlocal` declaration",
-               "yield": "a `yield`", "del": "a `del` statement", "global write": "an assignment to a global (or nonlocal) variable"}
+               "yield": "a `yield`", "del": "a `del` statement",
+               "global write": "an assignment to a global (or nonlocal) variable"}
 
 
 def _refuse_unconvertible(info: StatementInfo):
@@ -113,27 +122,113 @@ def not_(value):
     return enp.logical_not(value) if is_tracer(value) else not value
 
 
-def and_(left, right):
-    """`a and b` with lazy operands (thunks), as Python evaluates it."""
-    a = left()
-    if not is_tracer(a):
-        return right() if a else a
-    return enp.logical_and(a, right())
+def and_(left, right, bound=None):
+    """`left and right` (`right` a thunk, run only when Python would run it)."""
+    return _short_circuit(left, right, bound, "and")
 
 
-def or_(left, right):
-    """`a or b` with lazy operands (thunks)."""
-    a = left()
-    if not is_tracer(a):
-        return a if a else right()
-    return enp.logical_or(a, right())
+def or_(left, right, bound=None):
+    """`left or right` (`right` a thunk, run only when Python would run it)."""
+    return _short_circuit(left, right, bound, "or")
 
 
-def if_exp(test, then_thunk, else_thunk):
-    """`x if test else y`."""
+def _short_circuit(left, right, bound, op: str):
+    """On a concrete `left`, Python's `and`/`or`. On a traced scalar `left`, a bool: a
+    `cond` that runs `right` only on the path where Python would (so `i < n and x[i] > t`
+    never reads x[n]). On a traced array `left`, logical_and/logical_or of both.
+
+    `bound` is (names, values, file, line) when `right` assigns variables with `:=`:
+    `right` then takes their values and returns (value, new values), and so does
+    this function."""
+    values = () if bound is None else bound[1]
+    if not is_tracer(left):
+        if bool(left) == (op == "and"):
+            return right(*values)
+        return left if bound is None else (left, values)
+    combine = enp.logical_and if op == "and" else enp.logical_or
+    if left.ndim != 0:
+        if bound is None:
+            return combine(left, right())
+        value, values = right(*values)
+        return combine(left, value), values
+    runs_right = _truth(left) if op == "and" else enp.logical_not(_truth(left))
+    skipped = op == "or"  # the value when `right` does not run
+    neutral = not skipped  # `True and v`, `False or v`: v as a bool
+    if bound is not None:
+        names, _, file, line = bound
+        # guard: a name bound only where `right` runs holds zeros on the other path, which never reads it
+        info = StatementInfo(file=file, line=line, kind=op, then_assigns=(_RESULT, *names), else_assigns=(_RESULT,),
+                             guard=True)
+
+        def then_fn(_, *old):
+            value, new = right(*old)
+            return (combine(neutral, value), *new)
+
+        results = if_stmt(runs_right, then_fn, lambda _, *old: (skipped, *old), (Undefined(_RESULT), *values),
+                          (_RESULT, *names), info)
+        return results[0], tuple(results[1:])
+    if not _may_fail(right):  # pure arithmetic: computing it on both paths gives the same values, no branch
+        return combine(left, right())
+    evaluated = []
+
+    def run_right():
+        evaluated.append(combine(neutral, right()))
+        return evaluated[-1]
+
+    def skip():  # traced after run_right (egad.cond traces its branches in order)
+        filled = _zeros_like_probe(evaluated[-1], f"the result of `{op}`")
+        return enp.logical_not(filled) if skipped else filled
+
+    return control.cond(runs_right, run_right, skip)
+
+
+_RESULT = "__egad_result"
+
+
+def _may_fail(thunk) -> bool:
+    """Does a trial trace of `thunk` (then dropped) record an op that can fail when run
+    (an index read or write) or a loop or branch (which might not end)?"""
+    with _probe() as builder:
+        thunk()
+    return _risky(builder.bindings)
+
+
+@contextlib.contextmanager
+def _probe():
+    """A region for a trial trace, dropped after."""
+    with context.open_region("probe") as builder:
+        yield builder
+
+
+def _risky(bindings) -> bool:
+    return any(binding.op in INDEX_OPS or binding.regions for binding in bindings)
+
+
+def _truth(value):
+    """Python's truth of a traced scalar, as a traced bool."""
+    return value if value.type.dtype == "bool" else enp.not_equal(value, 0)
+
+
+def if_exp(test, then_thunk, else_thunk, bound=None):
+    """`then_thunk() if test else else_thunk()`. `bound` is as for `and_`."""
+    values = () if bound is None else bound[1]
     if not is_tracer(test):
-        return then_thunk() if test else else_thunk()
-    return control.cond(test, then_thunk, else_thunk)
+        return then_thunk(*values) if test else else_thunk(*values)
+    if bound is None:
+        return control.cond(test, then_thunk, else_thunk)
+    names, _, file, line = bound
+    info = StatementInfo(file=file, line=line, kind="x if c else y", then_assigns=(_RESULT, *names),
+                         else_assigns=(_RESULT, *names), guard=True)  # as for `and_`
+
+    def branch(thunk):
+        def run(_, *old):
+            value, new = thunk(*old)
+            return (value, *new)
+        return run
+
+    results = if_stmt(test, branch(then_thunk), branch(else_thunk), (Undefined(_RESULT), *values), (_RESULT, *names),
+                      info)
+    return results[0], tuple(results[1:])
 
 
 def assert_(test_thunk, message_thunk=None):
@@ -171,13 +266,14 @@ def if_stmt(test, then_fn, else_fn, state: tuple, names: tuple, info: StatementI
             for k in untouchable:
                 if out[k] is not state[k]:
                     raise EgadError(message(
-                        f"{names[k]!r} ({type(state[k]).__name__}) is reassigned inside an if on a traced value",
+                        f"{names[k]!r} ({type(state[k]).__name__}) is reassigned inside {info.construct} "
+                        "on a traced value",
                         where=info.where, instead="only arrays (and tuples/lists/dicts of them) can change there"))
             for k in outputs:
                 if not _carriable(out[k]):
                     raise EgadError(message(
                         f"{names[k]!r} is not an array (or pytree of arrays) at the end of the {label} branch "
-                        f"of an if on a traced value: {out[k]!r}", where=info.where,
+                        f"of {info.construct} on a traced value: {out[k]!r}", where=info.where,
                         instead="give it an array value in every branch"))
             return tuple(out[k] for k in outputs)
 
@@ -188,7 +284,8 @@ def if_stmt(test, then_fn, else_fn, state: tuple, names: tuple, info: StatementI
     for k, value in zip(outputs, results):
         final[k] = value
     for k in one_sided:
-        final[k] = Undefined(names[k], f"it is assigned in only one branch of the if on a traced value at {info.where}")
+        final[k] = Undefined(names[k], f"it is assigned in only one branch of {info.construct} on a traced value "
+                                       f"at {info.where}")
     return tuple(final)
 
 
@@ -207,7 +304,7 @@ def _settle_undefined(state, names, info: StatementInfo, branches):
         return state, [], []
     probes = []
     for fn in branches:
-        with context.open_region("probe"):
+        with _probe():
             probes.append(fn(*state))
     state, outputs, one_sided = list(state), [], []
     for k in undefined:
@@ -216,25 +313,50 @@ def _settle_undefined(state, names, info: StatementInfo, branches):
         if len(values) == len(probes):
             outputs.append(k)
         elif values and fillable:
-            state[k] = _zeros_like_probe(values[0], names[k])
+            state[k] = _zeros_like_probe(values[0], names[k], state)
         elif values:
             one_sided.append(k)
     return tuple(state), outputs, one_sided
 
 
-def _zeros_like_probe(value, name: str):
-    """Zeros with the structure, shapes and dtypes of a value from a trial trace."""
+def _zeros_like_probe(value, name: str, sources=()):
+    """Zeros with the structure, shapes and dtypes of a value from a trial trace. A
+    symbolic dim takes its run-time size from a traced value of `sources` (or an
+    argument of the traced function) that has the same dim."""
     leaves, tree = flatten(value)
     zeros = []
     for leaf in leaves:
         leaf_type = _leaf_type(leaf)
         shape, dtype = leaf_type.shape, leaf_type.dtype
-        if not all(isinstance(d, int) for d in shape):
+        if all(isinstance(d, int) for d in shape):
+            zeros.append(np.zeros(shape, dtype))
+            continue
+        sizes = [d if isinstance(d, int) else _symbol_size(d, sources) for d in shape]
+        if any(size is None for size in sizes):
             raise EgadError(message(
-                f"{name!r} is first assigned under a traced condition and has a symbolic shape {shape}, so egad "
+                f"{name!r} is first assigned under a traced condition and has a symbolic shape {shape} whose "
+                "size egad cannot find among the statement's values and the function's arguments, so it "
                 "cannot give it a value on the other paths", instead=f"assign {name} before the if or loop"))
-        zeros.append(np.zeros(shape, dtype))
+        zeros.append(enp.zeros(tuple(sizes), dtype))
     return unflatten(tree, zeros)
+
+
+def _symbol_size(symbol: str, sources):
+    """The run-time size of a symbolic dim (a traced int scalar that remembers the
+    symbol), read from a traced value visible here that has the dim; None if none has."""
+    here = context.current()
+    root = here
+    while root.parent is not None:
+        root = root.parent
+    candidates = [leaf for leaf in flatten(sources)[0] if is_tracer(leaf)]
+    candidates += [Tracer(root, var) for var in root.params]
+    for candidate in candidates:
+        if candidate._builder.closed or not here.is_within(candidate._builder):
+            continue
+        if symbol in candidate.type.shape:
+            size = apply1("dim", [candidate], {"axis": candidate.type.shape.index(symbol)}, weak=True)
+            return Tracer(size._builder, size._var, symbol=symbol)
+    return None
 
 
 # --- loops -------------------------------------------------------------------------------
@@ -277,14 +399,15 @@ def while_stmt(cond_fn, body_fn, state: tuple, names: tuple, info: StatementInfo
             return state
         state = tuple(body_fn(*state))
     _refuse_unconvertible(info)
-    carried, initial = _loop_state(lambda *s: body_fn(*s), (), state, names, info)
+    carried, initial = _loop_state(lambda *s: body_fn(*s), (), state, names, info, state)
 
     def full(values):
         return _full_state(state, carried, values, names, info)
 
-    results = control.while_loop(lambda values: cond_fn(*full(values)),
-                                 lambda values: _select(body_fn(*full(values)), carried, state, names, info),
-                                 tuple(initial))
+    with _naming_state(carried, initial, names, info):
+        results = control.while_loop(lambda values: cond_fn(*full(values)),
+                                     lambda values: _select(body_fn(*full(values)), carried, state, names, info),
+                                     tuple(initial))
     return tuple(full(results))
 
 
@@ -302,14 +425,45 @@ def for_stmt(iterable, body_fn, state: tuple, names: tuple, info: StatementInfo)
         return tuple(state)
     _refuse_unconvertible(info)
     carried, initial = _loop_state(lambda k, *s: body_fn(element(k), *s), (TensorType((), "int64", weak=True),),
-                                   state, names, info)
+                                   state, names, info, (state, iterable))
 
     def full(values):
         return _full_state(state, carried, values, names, info)
 
-    results = control.fori_loop(0, count, lambda k, values: _select(body_fn(element(k), *full(values)), carried,
-                                                                   state, names, info), tuple(initial))
+    with _naming_state(carried, initial, names, info):
+        results = control.fori_loop(0, count, lambda k, values: _select(body_fn(element(k), *full(values)), carried,
+                                                                       state, names, info), tuple(initial))
     return tuple(full(results))
+
+
+@contextlib.contextmanager
+def _naming_state(carried, initial, names, info: StatementInfo):
+    """Name the user's variable (not `state[k]`) in a loop state error from a traced loop."""
+    try:
+        yield
+    except LoopStateError as error:
+        text = str(error)
+        match = re.search(r"`state\[(\d+)\]([^`]*)`", text)
+        if match is None or int(match.group(1)) >= len(carried):
+            raise
+        k = int(match.group(1))
+        name = names[carried[k]]
+        if name.startswith("__egad"):
+            raise
+        text = text.replace(match.group(0), f"`{name}{match.group(2)}`", 1)
+        parts = text.split("\n  ")
+        what = parts[0].replace("loop state leaf", "variable", 1)
+        where = next((part[3:] for part in parts[1:] if part.startswith("at ")), info.where)
+        shape_changed = "keep its shape" in text
+        if shape_changed and not is_tracer(initial[k]) and np.ndim(initial[k]) == 0:
+            instead = (f"{name} starts as a Python scalar ({initial[k]!r}) and becomes an array: start it as an array "
+                       f"of its final shape, e.g. `{name} = enp.zeros_like(...)` of the value it is built from")
+        elif shape_changed:
+            instead = f"{name} must keep its shape across the loop's iterations; pad it to a fixed shape"
+        else:
+            instead = f"keep {name}'s dtype stable: start it with the dtype it gets in the loop, or .astype() it"
+        raise LoopStateError(message(f"{what} (the {info.kind} loop at line {info.line})", where=where,
+                                     instead=instead)) from None
 
 
 def _full_state(state, carried, values, names, info: StatementInfo) -> list:
@@ -351,7 +505,7 @@ def _select(out, carried, state, names, info):
     return tuple(out[k] for k in carried)
 
 
-def _loop_state(body, leading_types, state, names, info) -> tuple[list[int], list]:
+def _loop_state(body, leading_types, state, names, info, sources) -> tuple[list[int], list]:
     """Which variables a traced loop carries, and their initial values. Variables
     with a value are carried as they are; variables first assigned in the body get
     their type from one trial trace of the body and start as zeros (Python would
@@ -361,7 +515,7 @@ def _loop_state(body, leading_types, state, names, info) -> tuple[list[int], lis
     initial = [state[k] for k in carried]
     if not undefined:
         return carried, initial
-    with context.open_region("probe") as builder:  # traced once to learn types, then dropped
+    with _probe() as builder:  # traced once to learn types, then dropped
         leading = [Tracer(builder, builder.add_param(t)) for t in leading_types]
         # carried values enter as traced params, as in the loop itself (a Python int
         # counter must not make the trial take a static branch the loop cannot)
@@ -372,7 +526,7 @@ def _loop_state(body, leading_types, state, names, info) -> tuple[list[int], lis
     probed = {}
     for k in undefined:
         if not isinstance(out[k], Undefined) and _carriable(out[k]):
-            probed[k] = _zeros_like_probe(out[k], names[k])
+            probed[k] = _zeros_like_probe(out[k], names[k], sources)
     carried = sorted(carried + list(probed))
     initial = [probed[k] if k in probed else state[k] for k in carried]
     return carried, initial

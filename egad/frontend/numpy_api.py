@@ -15,6 +15,7 @@ from ..errors import ArgumentError, IndexOutOfRangeError, ShapeError, Unsupporte
 from ..ir import shapes
 from ..ir.types import canonical_dtype, fresh_symbol, is_float, is_int
 from ..source import user_location
+from . import context
 from .primitives import apply1, cast_to, constant, dtype_of, is_tracer, result_dtype, to_tracer
 
 # numpy's dtype names, so `x.astype(enp.float32)` reads like numpy.
@@ -393,12 +394,24 @@ def dim_size(x, axis: int):
     dim = x.type.shape[axis]
     if isinstance(dim, int):
         return dim
-    if axis not in x._dim_cache:
+    cached = x._dim_cache.get(axis)
+    if cached is None or not _in_scope(cached):  # asked first inside a branch or loop body that has closed
         from .tracer import Tracer
 
         size = apply1("dim", [x], {"axis": axis}, weak=True)
-        x._dim_cache[axis] = Tracer(size._builder, size._var, symbol=dim)
-    return x._dim_cache[axis]
+        cached = x._dim_cache[axis] = Tracer(size._builder, size._var, symbol=dim)
+    return cached
+
+
+def _in_scope(value) -> bool:
+    """Whether a traced value can be read in the current region: made in it or in a
+    region enclosing it (whose values it captures)."""
+    builder = context.current()
+    while builder is not None:
+        if builder is value._builder:
+            return True
+        builder = builder.parent
+    return False
 
 
 def shape(x) -> tuple:
@@ -754,7 +767,9 @@ def _index_text(index: tuple) -> str:
         if isinstance(entry, slice):
             return ":".join("" if v is None else str(v) for v in (entry.start, entry.stop, entry.step)).rstrip(":") \
                 or ":"
-        return "..." if entry is Ellipsis else "None" if entry is None else "<traced>" if is_tracer(entry) else str(entry)
+        if entry is Ellipsis or entry is None:
+            return "..." if entry is Ellipsis else "None"
+        return "<traced>" if is_tracer(entry) else str(entry)
 
     return ", ".join(text(entry) for entry in index)
 
@@ -894,6 +909,7 @@ class _IndexUpdate:
 
 
 __all__ = [name for name in dir() if not name.startswith("_") and name not in {
-    "annotations", "builtins", "math", "np", "shapes", "message", "user_location", "apply1", "cast_to", "constant",
-    "dtype_of", "is_tracer", "result_dtype", "to_tracer", "canonical_dtype", "fresh_symbol", "is_float", "is_int",
-    "ArgumentError", "IndexOutOfRangeError", "ShapeError", "UnsupportedError", "dim_size", "getitem", "size_of_dims", "UFUNC_TO_ENP"}]
+    "annotations", "builtins", "context", "math", "np", "shapes", "message", "user_location", "apply1", "cast_to",
+    "constant", "dtype_of", "is_tracer", "result_dtype", "to_tracer", "canonical_dtype", "fresh_symbol", "is_float",
+    "is_int", "ArgumentError", "IndexOutOfRangeError", "ShapeError", "UnsupportedError", "dim_size", "getitem",
+    "size_of_dims", "UFUNC_TO_ENP"}]

@@ -91,7 +91,8 @@ def constant(value, dtype: str, weak: bool = False):
         array = np.asarray(value, dtype=dtype)
     except OverflowError:  # numpy 2: a Python int beyond the array's dtype
         raise ShapeError(message(f"the Python integer {value} does not fit {dtype}", where=user_location().long(),
-                                 instead="cast the array to a wider dtype first, e.g. x.astype('int64') or x.astype('float64')")) from None
+                                 instead="cast the array to a wider dtype first, e.g. x.astype('int64') or "
+                                         "x.astype('float64')")) from None
     builder = context.current()
     if builder is None:
         return array

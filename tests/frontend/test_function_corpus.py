@@ -119,7 +119,7 @@ EXPECTED_CONTROL_OPS = {
     "fori3_static": {"for": 1},
     "nest3_ragged": {"for": 3},
     "while_in_fori": {"for": 1, "while": 1},
-    "loop_cond_loop": {"for": 2, "while": 1, "if": 1},
+    "loop_cond_loop": {"for": 2, "while": 1, "if": 3},  # `... and k < lengths[t] + 2` reads lengths: a cond
     "while_switch_fori": {"while": 1, "if": 2, "for": 1},
     "causal_loop_attention": {"for": 2},
     "while_rnn": {"while": 1},
