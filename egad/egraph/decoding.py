@@ -22,7 +22,7 @@ from .encoding import Encoding
 from .enode import ClassId, ENode
 from .extraction import Extraction
 from .language import MULTI_OUTPUT_OPS
-from .placement import Placement, Scope, is_effect, local_inputs, place
+from .placement import WHILE_TEST, Placement, Scope, is_effect, local_inputs, place
 from .provenance import Origin
 from .snapshot import Snapshot
 
@@ -181,9 +181,9 @@ class _RegionBuilder:
         region, inits, test, results, attrs_class = node.args
         init_vars = [self.values[c] for c in inits]
         builders, outputs = [], []
-        for wanted in ([test], results):
+        for wanted, branch in (([test], WHILE_TEST), (results, 0)):  # placement.py: the test and body apart
             state = [self._arg_var(region, k, v.type) for k, v in enumerate(init_vars)]
-            builder = self._child(region, 0, dict(enumerate(state)))
+            builder = self._child(region, branch, dict(enumerate(state)))
             outputs.append((state, tuple(builder.value(c) for c in wanted)))
             builders.append(builder)
         outers, inners = _lift(builders)

@@ -3,8 +3,11 @@
 In the e-graph a region body refers directly to outer values, so a node carries no
 scope of its own; decoding decides one. A *scope* is the path of regions from the
 program down: `()` is the program, `scope + ((r, k),)` is branch `k` of the control
-node with region id `r` placed in `scope` (a loop has the one branch `(r, 0)`, shared
-by a `while`'s condition and body).
+node with region id `r` placed in `scope`. A loop's body is `(r, 0)`; a `while`'s
+condition is `(r, 1)` beside it: the two run apart, so what both use is computed in
+each (in the condition, a use inside an `if` must not be computed before the `if`
+because the body uses it too: the last test of `i < n and xs[i] > t` would read
+xs[n]). Both bind the loop's `Arg`s.
 
 A node is placed as Cranelift's aegraph elaboration places it: where it is needed,
 and out of loops.
@@ -19,7 +22,10 @@ and out of loops.
    branch, where it might fail (`take` out of range) or waste work.
 2. Out of loops: from there, out of every enclosing loop whose `Arg`s it does not
    depend on (the hoist; it stops at a branch). The one speculation kept: a loop
-   that runs zero times still computes what was hoisted out of it.
+   that runs zero times still computes what was hoisted out of it, unless that can
+   raise (an index out of range, a max of nothing: `FALLIBLE_OPS`, or what reads
+   one), which is hoisted only out of a `for` with constant bounds that runs, or out
+   of a `while`'s condition (it runs once at least).
 
 Control nodes and tape ops are placed once, at the common ancestor; tape ops are
 never hoisted (they update a stack in place; an allocation moved out of a loop would
@@ -35,12 +41,15 @@ import dataclasses
 
 from ..errors import EgadError
 from ..ir import ops
+from ..ir.index_ranges import INDEX_OPS
 from .enode import ClassId, ENode, children, post_order
 from .extraction import Extraction
 
 Scope = tuple[tuple[int, int], ...]
 CONTROL_HEADS = frozenset({"For", "While", "If", "Switch"})
 LOOP_HEADS = frozenset({"For", "While"})
+WHILE_TEST = 1  # a while's condition is branch 1 of its region, its body branch 0
+FALLIBLE_OPS = frozenset(INDEX_OPS) | {"reduce_max", "reduce_min", "argmax"}  # may raise where they run
 
 
 @dataclasses.dataclass
@@ -73,7 +82,7 @@ def region_results(node: ENode) -> list[tuple[int, list[ClassId]]]:
     if node.head == "For":
         return [(0, list(node.args[4]))]
     if node.head == "While":
-        return [(0, [node.args[2], *node.args[3]])]
+        return [(0, list(node.args[3])), (WHILE_TEST, [node.args[2]])]
     if node.head == "If":
         return [(0, list(node.args[2])), (1, list(node.args[3]))]
     if node.head == "Switch":
@@ -89,20 +98,22 @@ def place(extraction: Extraction) -> Placement:
     choice = extraction.choice
     order = _post_order(extraction)
     free_args = _free_args(choice, order)
+    fallible = _fallible(choice, order)
+    runs: set[int] = set()  # loops sure to run once at least: a for with constant bounds lo < hi
     uses: dict[ClassId, list[Scope]] = {cid: [] for cid in order}
     for root in extraction.roots:
         uses[root].append(())
     scopes: dict[ClassId, tuple[Scope, ...]] = {}
-    region_scope: dict[int, Scope] = {0: ()}  # where each region's Args live
+    region_scopes: dict[int, tuple[Scope, ...]] = {0: ((),)}  # where each region's Args live
     loops: set[int] = set()
     branch_counts: dict[int, int] = {}  # region id of an if/switch -> its number of branches
     projections: dict[ClassId, list[ClassId]] = {}  # node -> its Gets, placed with it
     for cid in reversed(order):  # users before what they use
         node = choice[cid]
         if node.head == "Arg":
-            if node.args[0] not in region_scope:
+            if node.args[0] not in region_scopes:
                 raise EgadError(f"extraction reads {node} outside the region that binds it")
-            scopes[cid] = (region_scope[node.args[0]],)
+            scopes[cid] = region_scopes[node.args[0]]
             continue
         if node.head == "Get":  # a projection is computed with its node
             owner = node.args[0]
@@ -116,8 +127,11 @@ def place(extraction: Extraction) -> Placement:
         hoisted = []
         for where in needed:
             while where and where[-1][0] in loops and where[-1][0] not in free_args[cid] and not is_effect(node):
+                region, branch = where[-1]
+                if cid in fallible and branch != WHILE_TEST and region not in runs:
+                    break  # raising before a loop that runs zero times, what it would never have computed
                 where = where[:-1]
-            _check_in_scope(cid, node, where, free_args[cid], region_scope)
+            _check_in_scope(cid, node, where, free_args[cid], region_scopes)
             hoisted.append(where)
         scopes[cid] = _outermost(hoisted)
         for getter in projections.get(cid, ()):
@@ -130,7 +144,11 @@ def place(extraction: Extraction) -> Placement:
             region = node.args[0]
             if node.head in LOOP_HEADS:
                 loops.add(region)
-                region_scope[region] = where + ((region, 0),)
+                if node.head == "For" and _constant_bounds(choice, node) is not None:
+                    lo, hi = _constant_bounds(choice, node)
+                    if lo < hi:
+                        runs.add(region)
+                region_scopes[region] = tuple(where + ((region, branch),) for branch, _ in region_results(node))
             else:
                 branch_counts[region] = len(region_results(node))
             for branch, results in region_results(node):
@@ -153,6 +171,28 @@ def _free_args(choice, order) -> dict[ClassId, frozenset[int]]:
             needed.discard(node.args[0])  # its own region's Args are bound inside it
         free_args[cid] = frozenset(needed)
     return free_args
+
+
+def _fallible(choice, order) -> set[ClassId]:
+    """The ops whose computation may raise: a FALLIBLE_OPS op, or an op reading one
+    (hoisting the reader would take the op out with it). A whole inner loop or branch
+    is hoisted still (a checkpointed gradient re-runs a segment once, not once per
+    trip of the adjoint loop beside it): the ops inside it read at its own counter."""
+    fallible: set[ClassId] = set()
+    for cid in order:  # what a class reads before the class
+        node = choice[cid]
+        if node.head.startswith("Op") and (node.args[0] in FALLIBLE_OPS
+                                           or any(c in fallible for c in local_inputs(node))):
+            fallible.add(cid)
+    return fallible
+
+
+def _constant_bounds(choice, loop: ENode) -> tuple[int, int] | None:
+    """A for loop's (lo, hi) where both are constants."""
+    bounds = [choice[c] for c in loop.args[1:3]]
+    if all(node.head == "Scalar" for node in bounds):
+        return int(bounds[0].args[1]), int(bounds[1].args[1])
+    return None
 
 
 def _covering_scopes(uses: list[Scope], branch_counts: dict[int, int]) -> list[Scope]:
@@ -206,10 +246,9 @@ def _common_ancestor(scopes: list[Scope]) -> Scope:
     return first[:length]
 
 
-def _check_in_scope(cid, node, where: Scope, free_args, region_scope) -> None:
+def _check_in_scope(cid, node, where: Scope, free_args, region_scopes) -> None:
     for region in free_args:
-        inner = region_scope.get(region)
-        if inner is None or where[:len(inner)] != inner:
+        if not any(where[:len(inner)] == inner for inner in region_scopes.get(region, ())):
             raise EgadError(f"extraction picked {node} (class {cid}) where the Args of region {region} are "
                             "out of scope; an extractor must only pick nodes whose Args are in scope at the use")
 

@@ -146,6 +146,42 @@ def test_nothing_is_speculated_out_of_a_switch():
     assert "take" not in [b.op for b in decoded.region.bindings]
 
 
+
+def test_a_while_test_does_not_read_before_its_guard_what_the_body_reads_too():
+    """`i < n and xs[i] < t` (a cond in the test) and a body reading xs[i]: the test and
+    the body run apart, so the read stays inside the test's branch (it was computed at
+    the top of both: the last test read xs[n]). Found by fuzzing."""
+    def f(xs, t):
+        def test(state):
+            i, _ = state
+            return egad.cond(i < xs.shape[0], lambda i: xs[i] < t, lambda i: False, i)
+
+        return egad.while_loop(test, lambda state: (state[0] + 1, state[1] + xs[state[0]]), (0, 0.0))[1]
+
+    xs = np.array([0.1, 0.2, 0.3])
+    decoded = _check_round_trip(egad.trace(f, xs, 0.25), (xs, 0.25), "while test")
+    (loop,) = [b for b in decoded.region.bindings if b.op == "while"]
+    test, body = loop.regions
+    assert "take" not in [b.op for b in test.bindings] and "take" in _ops(test) and "take" in _ops(body)
+    _assert_same_results(egad.interpret(decoded, xs, 5.0), egad.interpret(egad.trace(f, xs, 0.25), xs, 5.0),
+                         "while test past the end")
+
+
+def test_a_read_that_may_fail_stays_in_a_loop_that_may_run_zero_times():
+    """Hoisted, xs[k] would raise before a loop of zero trips, which never reads it."""
+    def f(xs, k, n):
+        return egad.fori_loop(0, n, lambda i, h: h * 0.5 + xs[k], 0.0)
+
+    def g(xs, k):  # three trips for certain: hoisting is safe, and done
+        return egad.fori_loop(0, 3, lambda i, h: h * 0.5 + xs[k], 0.0)
+
+    xs = np.array([0.1, 0.2, 0.3])
+    decoded = _check_round_trip(egad.trace(f, xs, 1, 2), (xs, 1, 2), "zero trips")
+    assert "take" not in [b.op for b in decoded.region.bindings]
+    assert egad.interpret(decoded, xs, 7, 0) == 0.0
+    certain = _check_round_trip(egad.trace(g, xs, 1), (xs, 1), "three trips")
+    assert "take" in [b.op for b in certain.region.bindings]
+
 def test_constants_round_trip_bit_exactly():
     constants = [np.array(-0.0), np.array(np.nan), np.array(0.1, "float32"), np.full((2, 3), -0.0),
                  np.random.default_rng(0).normal(size=(3, 3)), np.array([1, -2, 3]), np.array(True)]
