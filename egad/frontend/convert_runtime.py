@@ -205,8 +205,16 @@ def _risky(bindings) -> bool:
 
 
 def _truth(value):
-    """Python's truth of a traced scalar, as a traced bool."""
+    """Python's truth of a traced scalar, as a traced bool (a float is true when
+    non-zero, NaN too: `!=` is unordered)."""
     return value if value.type.dtype == "bool" else enp.not_equal(value, 0)
+
+
+def _test(value):
+    """An `if`/`while`/`x if c else y` test for egad's combinators: a traced scalar by
+    Python's truth (they take bools and ints only); other values as they are, for the
+    combinators' own errors (an array's truth is ambiguous)."""
+    return _truth(value) if is_tracer(value) and value.type.shape == () else value
 
 
 def if_exp(test, then_thunk, else_thunk, bound=None):
@@ -215,7 +223,7 @@ def if_exp(test, then_thunk, else_thunk, bound=None):
     if not is_tracer(test):
         return then_thunk(*values) if test else else_thunk(*values)
     if bound is None:
-        return control.cond(test, then_thunk, else_thunk)
+        return control.cond(_test(test), then_thunk, else_thunk)
     names, _, file, line = bound
     info = StatementInfo(file=file, line=line, kind="x if c else y", then_assigns=(_RESULT, *names),
                          else_assigns=(_RESULT, *names), guard=True)  # as for `and_`
@@ -279,7 +287,8 @@ def if_stmt(test, then_fn, else_fn, state: tuple, names: tuple, info: StatementI
 
         return run
 
-    results = control.cond(test, branch(then_fn, "true"), branch(else_fn, "false"), *[state[k] for k in operands])
+    results = control.cond(_test(test), branch(then_fn, "true"), branch(else_fn, "false"),
+                           *[state[k] for k in operands])
     final = list(state)
     for k, value in zip(outputs, results):
         final[k] = value
@@ -405,7 +414,7 @@ def while_stmt(cond_fn, body_fn, state: tuple, names: tuple, info: StatementInfo
         return _full_state(state, carried, values, names, info)
 
     with _naming_state(carried, initial, names, info):
-        results = control.while_loop(lambda values: cond_fn(*full(values)),
+        results = control.while_loop(lambda values: _test(cond_fn(*full(values))),
                                      lambda values: _select(body_fn(*full(values)), carried, state, names, info),
                                      tuple(initial))
     return tuple(full(results))

@@ -337,3 +337,21 @@ def test_symbolic_sizes_read_inside_a_region_and_after_it():
         _check(_shape_read_in_a_branch_and_after, x, t, spec=(spec, t))
         _check(_shape_read_in_a_lazy_operand_and_after, x, t, spec=(spec, t))
     _check(_shape_read_in_a_probed_loop_body, x, np.int64(2), spec=(spec, np.int64(2)))
+
+
+def truth_of_floats(x):
+    total = 0.0
+    if x[0]:  # a float: true when non-zero, as in Python
+        total = total + 1.0
+    k = x[1]
+    while k:  # counts down to exactly 0.0
+        k = k - 1.0
+        total = total + 10.0
+    return total + (100.0 if x[2] else 0.0)
+
+
+@pytest.mark.parametrize("x", [[0.0, 0.0, 0.0], [0.5, 2.0, -1.0], [float("nan"), 1.0, 0.0]])
+def test_a_float_test_is_true_when_non_zero_as_in_python(x):
+    x = np.array(x)
+    program = egad.trace(egad.function(truth_of_floats), np.array([1.0, 1.0, 1.0]))
+    assert egad.interpret(program, x) == truth_of_floats(x)
