@@ -787,6 +787,16 @@ def _is_integer_index(entry) -> bool:
                                                     and np.asarray(entry).dtype.kind in "iu")
 
 
+def _read_modify_write_method(name: str, combine):
+    """`x.at[index].<name>(v)`: `x.at[index].set(combine(x[index], v))`."""
+    def method(self, value, mode=None, **hints):
+        self._check_mode(mode, hints)
+        return self._read_modify_write(combine, value, name)
+
+    method.__name__ = name
+    return method
+
+
 class _IndexUpdate:
     """One update of `x.at[index]`: an integer index (a scalar, or an index array for
     `add`) on one axis after full slices (`x.at[i]`, `x.at[:, i]`, `x.at[i, ...]`), or
@@ -883,25 +893,12 @@ class _IndexUpdate:
         self._check_mode(mode, hints)
         return self._add(value)
 
-    def multiply(self, value, mode=None, **hints):
-        self._check_mode(mode, hints)
-        return self._read_modify_write(multiply, value, "multiply")
-
-    def divide(self, value, mode=None, **hints):
-        self._check_mode(mode, hints)
-        return self._read_modify_write(true_divide, value, "divide")
-
-    def power(self, value, mode=None, **hints):
-        self._check_mode(mode, hints)
-        return self._read_modify_write(power, value, "power")
-
-    def min(self, value, mode=None, **hints):
-        self._check_mode(mode, hints)
-        return self._read_modify_write(minimum, value, "min")
-
-    def max(self, value, mode=None, **hints):
-        self._check_mode(mode, hints)
-        return self._read_modify_write(maximum, value, "max")
+    # (each right-hand side is this module's function: the class has no such name yet)
+    multiply = _read_modify_write_method("multiply", multiply)
+    divide = _read_modify_write_method("divide", true_divide)
+    power = _read_modify_write_method("power", power)
+    min = _read_modify_write_method("min", minimum)
+    max = _read_modify_write_method("max", maximum)
 
     def apply(self, fn, mode=None, **hints):
         self._check_mode(mode, hints)
