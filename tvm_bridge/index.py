@@ -77,9 +77,9 @@ def _index_add(bb, args, attrs, binding):
         # the adjoint of a slice (egad/ad/adjoint_math.py unslice): elementwise, in place of a scatter
         return bb.emit_te(_add_into_progression, args[0], args[2], axis, *progression,
                           primfunc_name_hint="add_into_rows")
-    shape = x_type.shape  # the indexed axis may be symbolic; the others must be static
+    shape = x_type.shape
     perm = [axis] + [k for k in range(len(shape)) if k != axis]
-    static_shape([shape[k] for k in perm[1:]], binding)
+    rest = _known_dims([shape[k] for k in perm[1:]], binding)
     data = bb.emit(R.permute_dims(args[0], perm)) if axis else args[0]
     values = args[2]
     if axis:  # move the index axes of the values to the front
@@ -87,14 +87,14 @@ def _index_add(bb, args, attrs, binding):
         value_rank = x_type.ndim - 1 + index_type.ndim
         values = bb.emit(R.permute_dims(values, value_axes + [k for k in range(value_rank) if k not in value_axes]))
     # one row of values per index (the index count may be symbolic: -1)
-    values = bb.emit(R.reshape(values, [-1] + [shape[k] for k in perm[1:]]))
+    values = bb.emit(R.reshape(values, [-1] + rest))
     size = axis_size(bb, args[0], x_type, axis)
-    if isinstance(size, int) and size <= FEW_TARGET_ROWS:
-        width = math.prod(shape[k] for k in perm[1:])
+    if isinstance(size, int) and size <= FEW_TARGET_ROWS and all(isinstance(d, int) for d in rest):
+        width = math.prod(rest)
         index = bb.emit(R.reshape(_index_for_rows(bb, binding, args[1], size), [-1]))
         summed = bb.emit_te(_sum_rows_by_index, index, bb.emit(R.reshape(values, [-1, width])), size,
                             primfunc_name_hint="index_sum")
-        added = bb.emit(R.add(data, R.reshape(summed, [size] + [shape[k] for k in perm[1:]])))
+        added = bb.emit(R.add(data, R.reshape(summed, [size] + rest)))
     else:
         added = bb.emit(R.scatter_elements(data, _row_indices(bb, binding, args[1], size, values), values, axis=0,
                                            reduction="add"))
@@ -161,10 +161,19 @@ def _update(bb, args, attrs, binding):
                               reduction="update")
 
 
+def _known_dims(dims, binding) -> list:
+    """Dims as Relax sizes: ints, and the function's variables of symbolic dims it has
+    bound (a param's, a match_cast's); a dim it has not is refused."""
+    known = [d if isinstance(d, int) else FunctionScope.symbols.get(d) for d in dims]
+    if None in known:
+        static_shape(dims, binding)  # raises, naming the op
+    return known
+
+
 def _row_indices(bb, binding, index, size: int, rows):
     """Row indices (in range), one per row of `rows`, broadcast to its shape. The row
     count may be symbolic (rows stacked by a loop): a match_cast names it."""
-    rest = [int(d) for d in rows.ty.shape.values[1:]]
+    rest = list(rows.ty.shape.values[1:])
     count = tir.Var("rows", "int64")
     bb.match_cast(rows, relax.TensorType([count, *rest], rows.ty.dtype))
     flat = bb.emit(R.reshape(_index_for_rows(bb, binding, index, size), [count] + [1] * len(rest)))

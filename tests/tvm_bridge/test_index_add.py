@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import egad
+import egad.numpy as enp
 from egad.optimizer import optimize_program
 from egad.tvm_bridge import build, index
 from egad.tvm_bridge.cache import BuildCache
@@ -91,3 +92,25 @@ def test_a_constant_index_hoisted_out_of_the_loop_still_adds_elementwise():
     compiled = build(program, cache=BuildCache(None))
     assert "add_into_rows" in compiled.relax_text and "scatter_elements" not in compiled.relax_text
     np.testing.assert_allclose(compiled(x, v), egad.interpret(program, x, v), rtol=1e-6)
+
+
+def read_cell_by_cell(xs, w):
+    def row(t, total):
+        return egad.fori_loop(0, xs.shape[1], lambda j, acc: acc + enp.tanh(xs[t, j] * w), total)
+
+    return egad.fori_loop(0, xs.shape[0], row, 0.0)
+
+
+def test_a_gradient_added_into_rows_of_a_table_with_symbolic_dims_compiles():
+    """xs of Spec(("T", "N")) read at xs[t, j]: its gradient adds into a column of a
+    (T, N) table, whose other dim is symbolic (it was refused at lowering)."""
+    program = egad.trace(read_cell_by_cell, egad.Spec(("T", "N"), "float64"), 0.5)
+    gradient = egad.value_and_grad(program, wrt=(0, 1))
+    compiled = build(gradient, cache=BuildCache(None))
+    for shape in ((3, 4), (1, 2), (0, 3)):
+        xs = np.random.default_rng(0).normal(size=shape)
+        value, (dxs, dw) = compiled(xs, 0.5)
+        want_value, (want_dxs, want_dw) = egad.interpret(gradient, xs, 0.5)
+        np.testing.assert_allclose(value, want_value, rtol=1e-12)
+        np.testing.assert_allclose(dxs, want_dxs, rtol=1e-12)
+        np.testing.assert_allclose(dw, want_dw, rtol=1e-12)
