@@ -202,7 +202,11 @@ def run_command(options, program: str = "python -m benchmarks.suite") -> int:
         if not stored.exists():
             print(f"{program}: --report-only needs {stored}; run the suite first", file=sys.stderr)
             return 2
-        document = json.loads(stored.read_text())
+        document = _stored_document(stored)
+        if document is None:
+            print(f"{program}: {stored} holds no suite results (not JSON with 'rows'); run the suite with --fresh",
+                  file=sys.stderr)
+            return 2
     else:
         try:
             planned = plan(options.workloads)
@@ -220,6 +224,15 @@ def run_command(options, program: str = "python -m benchmarks.suite") -> int:
     return 0
 
 
+def _stored_document(stored: pathlib.Path) -> dict | None:
+    """The results stored by an earlier run, or None where the file holds none."""
+    try:
+        document = json.loads(stored.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return document if isinstance(document, dict) and isinstance(document.get("rows"), list) else None
+
+
 def measure_and_store(planned, options, program: str, stored: pathlib.Path) -> dict:
     """Run the planned configurations and store them with the rows of earlier runs
     (unless `options.fresh`) in `stored`; the document written."""
@@ -234,7 +247,8 @@ def measure_and_store(planned, options, program: str, stored: pathlib.Path) -> d
     rows = run(planned, options.systems, options.cap, options.min_runs, options.threads,
                progress=lambda line: print(line, flush=True))
     stored.parent.mkdir(parents=True, exist_ok=True)
-    previous = [] if options.fresh or not stored.exists() else json.loads(stored.read_text()).get("rows", [])
+    earlier = None if options.fresh or not stored.exists() else _stored_document(stored)
+    previous = [] if earlier is None else earlier["rows"]  # unreadable results are replaced, not merged
     document = {"machine": suite_report.machine(), "versions": suite_report.versions(),
                 "systems": {s: FRAMEWORK[s] for s in SYSTEMS}, "command": command_line(options, program),
                 "cap s": options.cap, "rows": merge(previous, rows)}

@@ -385,6 +385,7 @@ def write_all(document: dict, results_dir: pathlib.Path, markdown_path: pathlib.
     from .suite_plots import write_plots
 
     plots = write_plots(document["rows"], results_dir)
+    markdown_path.parent.mkdir(parents=True, exist_ok=True)
     markdown_path.write_text(results_markdown(document, plots, markdown_path.parent))
     written = [*plots, markdown_path]
     if readme_path is not None and readme_path.exists():

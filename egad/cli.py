@@ -15,6 +15,8 @@ import argparse
 import importlib
 import sys
 
+from .errors import EgadError
+
 # Modules with `register(commands) -> None`; each adds subparsers whose
 # `set_defaults(run=...)` is called with the parsed arguments and returns the exit code.
 _COMMAND_MODULES = ("egad.demo", "egad.cli_rules", "egad.cli_viz", "egad.cli_bench")
@@ -26,7 +28,12 @@ def main(argv: list[str] | None = None) -> int:
     for name in _COMMAND_MODULES:
         importlib.import_module(name).register(commands)
     args = parser.parse_args(argv)
-    return int(args.run(args) or 0)
+    try:
+        return int(args.run(args) or 0)
+    except EgadError as error:  # the user's input: say what and where, not a traceback into egad
+        text = str(error)
+        print(text if text.startswith("egad ") else f"egad {args.command}: {text}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ adds those of family files to them.
 """
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import time
@@ -36,7 +37,7 @@ def register(commands) -> None:
                             "branches, or none (default: all four)")
     check.add_argument("--corpus", default=None, metavar="DIR", help="the corpus package (default: tests/programs "
                                                                      "of the repository)")
-    check.add_argument("--examples", type=int, default=None, metavar="N",
+    check.add_argument("--examples", type=_positive_int, default=None, metavar="N",
                        help="Hypothesis examples per rule (default: 24)")
     check.add_argument("--seed", type=int, default=None, help="Hypothesis's seed (default: the same examples "
                                                               "every run)")
@@ -68,6 +69,13 @@ def list_rules() -> int:
     return 0
 
 
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive number")
+    return value
+
+
 def run_check(args) -> int:
     from . import rule_check, rules
     from .rule_programs import WORKLOADS
@@ -77,7 +85,8 @@ def run_check(args) -> int:
         names = _workload_names(args.programs, WORKLOADS)
         started = time.perf_counter()
         report = rule_check.check(families, programs=lambda: _cases(names, args.corpus),
-                                  examples=args.examples or rule_check.EXAMPLES_PER_RULE, seed=args.seed,
+                                  examples=rule_check.EXAMPLES_PER_RULE if args.examples is None else args.examples,
+                                  seed=args.seed,
                                   progress=lambda text: print(f"[{time.perf_counter() - started:6.1f} s] {text}",
                                                               file=sys.stderr, flush=True))
     except EgadError as error:
@@ -134,7 +143,7 @@ def _workload_names(names, default) -> list[str]:
 
 def _cases(names, corpus) -> list:
     """The programs of the workloads `names`; one that is not here (no checkout of the
-    repository) is skipped with a warning."""
+    repository) is skipped with a warning, unless the user named its corpus (--corpus)."""
     from .rule_programs import DEFAULT_CORPUS, workload_cases
 
     cases = []
@@ -142,5 +151,7 @@ def _cases(names, corpus) -> list:
         try:
             cases.extend(workload_cases(name, corpus or DEFAULT_CORPUS))
         except EgadError as error:
+            if corpus is not None and name == "corpus":
+                raise
             print(f"warning: workload {name} skipped: {str(error).splitlines()[0]}", file=sys.stderr)
     return cases

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import os
 import runpy
+import sys
 
 from .errors import EgadError, message
+from .source import UNKNOWN, SourceLoc, raised_at
 
 WORKLOADS = ("gnmt-lite-tiny", "gnmt-lite-small")
 
@@ -37,6 +39,7 @@ def run(args) -> int:
 
     if args.script is not None and args.workload is not None:
         raise EgadError(message("egad viz: give a script or --workload, not both"))
+    _check_writable(args.output)  # before the optimization, which can take a while
     target = script_result(args.script) if args.script else workload(args.workload or "gnmt-lite-tiny")
     path = viz.render(target, args.output)
     print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB); open it in a browser")
@@ -74,9 +77,39 @@ def script_result(spec: str):
                                 instead="egad viz my_model.py:optimized (a function of no arguments)"))
     if not os.path.isfile(path):
         raise EgadError(message(f"egad viz: no file {path!r}", where=f"current directory {os.getcwd()}"))
-    namespace = runpy.run_path(path, run_name="egad_viz_script")
+    sys.path.insert(0, os.path.dirname(os.path.abspath(path)))  # as `python path` runs it: its modules beside it
+    try:
+        namespace = _users_code(f"running {path}", lambda: runpy.run_path(path, run_name="egad_viz_script"))
+    finally:
+        sys.path.pop(0)
     if not callable(namespace.get(function)):
         raise EgadError(message(f"egad viz: {path} defines no function {function!r}",
                                 instead="name a function of no arguments that returns egad.optimize's result "
                                         "after one call"))
-    return namespace[function]()
+    return _users_code(f"calling {path}:{function}()", namespace[function])
+
+
+def _users_code(what: str, run):
+    """run(): an error in the user's script is reported as theirs, with its line."""
+    try:
+        return run()
+    except EgadError:
+        raise
+    except SystemExit as stop:
+        raise EgadError(message(f"egad viz: {what} exited (sys.exit({stop.code!r}))",
+                                instead="guard the script's main work with `if __name__ == \"__main__\":`")) from None
+    except Exception as error:  # noqa: BLE001 - the user's code: any error is theirs to see
+        where = raised_at(error)
+        if isinstance(error, SyntaxError):
+            where = SourceLoc(error.filename or "?", error.lineno or 0)
+        raise EgadError(message(f"egad viz: {what} raised {type(error).__name__}: {error}",
+                                where=None if where is UNKNOWN else where.long(),
+                                instead="name a function of no arguments that returns egad.optimize's result "
+                                        "after one call")) from error
+
+
+def _check_writable(output: str) -> None:
+    folder = os.path.dirname(os.path.abspath(output)) if output else ""
+    if not output or os.path.isdir(output) or not os.path.isdir(folder):
+        raise EgadError(message(f"egad viz: cannot write the page to {output!r}",
+                                instead="give -o a file path in an existing folder, e.g. -o egad-viz.html"))

@@ -34,6 +34,7 @@ import numpy as np
 import egad
 import egad.nn as enn
 import egad.numpy as enp
+from egad.errors import EgadError, message
 from egad.workloads import load_benchmark
 
 CONFIG = "tiny"
@@ -200,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--steps", type=int, default=4000, help="most training steps (default 4000)")
+    parser.add_argument("--steps", type=_positive_int, default=4000, help="most training steps (default 4000)")
     parser.add_argument("--target-accuracy", type=float, default=0.95, help="stop at this token accuracy")
     parser.add_argument("--lr", type=float, default=LEARNING_RATE, help="Adam's learning rate")
     parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("demo_out"),
@@ -209,11 +210,21 @@ def add_arguments(parser) -> None:
                         help="run the smaller demo instead: an RNN in a data-dependent while_loop, checked")
 
 
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive number of steps")
+    return value
+
+
 def run(args) -> int:
     if args.while_loop:
         from . import demo_while
 
         return demo_while.main()
+    if args.out.exists() and not args.out.is_dir():  # before training, not after
+        raise EgadError(message(f"egad demo: --out {args.out} is a file, not a folder",
+                                instead="give --out a folder (made if missing), e.g. --out demo_out"))
     print(f"egad demo: GNMT-lite {CONFIG} learns to reverse sequences\n")
     result = train(args.steps, args.target_accuracy, args.lr)
     history, config = result["history"], result["config"]

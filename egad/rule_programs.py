@@ -35,6 +35,7 @@ import numpy as np
 
 from .errors import UnsupportedError, message
 from .ir.program import Program
+from .source import raised_at
 from .workloads import REPOSITORY, load_benchmark
 
 DEFAULT_CORPUS = REPOSITORY / "tests" / "programs"
@@ -207,7 +208,13 @@ def _load_corpus(path: pathlib.Path):
     spec = importlib.util.spec_from_file_location(name, init, submodule_search_locations=[str(path)])
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # its modules import each other relatively
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as error:  # noqa: BLE001 - the user's package: any error is theirs to see
+        del sys.modules[name]
+        raise UnsupportedError(message(f"loading the corpus package {path} failed: {type(error).__name__}: {error}",
+                                       where=raised_at(error).long(),
+                                       instead="fix the package so that `import` of it works")) from error
     if not callable(getattr(module, "all_programs", None)):
         raise UnsupportedError(message(f"the corpus package {path} has no all_programs() function",
                                        instead="define all_programs() returning the corpus programs"))

@@ -157,3 +157,11 @@ def test_the_suite_runs_egad_and_a_peer_end_to_end(tmp_path, capsys):
     page = (tmp_path / "RESULTS.md").read_text()
     assert f"| {TINY} | T3 | egad | ok |" in page and f"| {TINY} | T3 | torch-eager | ok |" in page
     assert os.path.exists(results / "step_time.png")
+
+
+@pytest.mark.parametrize("stored", ['{"rows": [', "{}", "[1, 2]"])
+def test_a_report_from_stored_results_that_hold_none_says_so(tmp_path, capsys, stored):
+    (tmp_path / "suite.json").write_text(stored)
+    assert suite.main(["--report-only", "--results", str(tmp_path), "--no-readme",
+                       "--markdown", str(tmp_path / "new" / "RESULTS.md")]) == 2
+    assert "holds no suite results" in capsys.readouterr().err

@@ -52,3 +52,16 @@ def test_a_short_demo_run_optimizes_trains_and_writes_its_plot(tmp_path, capsys)
 def test_a_demo_that_misses_its_target_exits_non_zero(tmp_path, capsys):
     assert cli.main(["demo", "--steps", "2", "--target-accuracy", "1.01", "--out", str(tmp_path)]) == 1
     assert "did NOT reach" in capsys.readouterr().out
+
+
+def test_a_demo_given_no_steps_or_a_file_for_its_folder_stops_before_training(tmp_path, capsys):
+    from egad import cli
+
+    try:
+        cli.main(["demo", "--steps", "0"])
+    except SystemExit as stop:
+        assert stop.code == 2
+    assert "0 is not a positive number of steps" in capsys.readouterr().err
+    (tmp_path / "a-file").write_text("")
+    assert cli.main(["demo", "--steps", "1", "--out", str(tmp_path / "a-file")]) == 2
+    assert "is a file, not a folder" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""`egad rules list`: every default family and rule, with its file:line and why."""
+"""`egad rules list`, and the command line's errors for `rules check` and `rules stats`."""
 from __future__ import annotations
 
 import re
@@ -15,3 +15,20 @@ def test_rules_list_names_every_rule_where_it_is_written_and_why(capsys):
             line = next(line for line in out.splitlines() if line.split()[:1] == [rule.name])
             assert f"rules/{family.name}.py:{rule.site.line}" in line and rule.why in line
     assert "checkpoint (planned:" in out
+
+
+def test_a_corpus_named_on_the_command_line_that_cannot_be_loaded_fails_the_command(tmp_path, capsys):
+    (tmp_path / "__init__.py").write_text("raise ImportError('broken corpus')\n")
+    assert cli.main(["rules", "check", "control", "--programs", "corpus", "--corpus", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "loading the corpus package" in err and "broken corpus" in err and "__init__.py:1" in err
+    assert cli.main(["rules", "stats", "corpus", "--corpus", str(tmp_path / "missing")]) == 2
+    assert "is not a corpus package" in capsys.readouterr().err
+
+
+def test_a_count_of_examples_must_be_positive(capsys):
+    try:
+        cli.main(["rules", "check", "algebra", "--examples", "0"])
+    except SystemExit as stop:
+        assert stop.code == 2
+    assert "0 is not a positive number" in capsys.readouterr().err

@@ -192,12 +192,31 @@ def test_cli_viz_runs_a_script_function(tmp_path, capsys):
     assert f"wrote {out}" in capsys.readouterr().out
     data = page_json(out.read_text(encoding="utf-8"))
     assert data["title"] == "egad: value_and_grad_rnn_loss" and data["critical"]
-    with pytest.raises(egad.EgadError, match="defines no function 'missing'"):
-        main(["viz", f"{script}:missing", "-o", str(out)])
-    with pytest.raises(egad.EgadError, match="no file"):
-        main(["viz", f"{tmp_path / 'absent.py'}:optimized"])
-    with pytest.raises(egad.EgadError, match="not both"):
-        main(["viz", f"{script}:optimized", "--workload", "gnmt-lite-tiny"])
+    # the user's mistakes: a message and exit status 2, not a traceback
+    for argv, error in [([f"{script}:missing", "-o", str(out)], "defines no function 'missing'"),
+                        ([f"{tmp_path / 'absent.py'}:optimized"], "no file"),
+                        ([f"{script}:optimized", "--workload", "gnmt-lite-tiny"], "not both"),
+                        ([f"{script}:optimized", "-o", str(tmp_path / "no" / "such" / "page.html")], "cannot write")]:
+        assert main(["viz", *argv]) == 2
+        assert error in capsys.readouterr().err
+
+
+def test_cli_viz_reports_the_users_script_errors_with_their_lines(tmp_path, capsys):
+    from egad.cli import main
+
+    (tmp_path / "helper.py").write_text("VALUE = 1\n")
+    script = tmp_path / "model.py"
+    script.write_text("import helper  # a module beside the script, as `python model.py` finds it\n\n"
+                      "def needs_an_argument(x):\n    return x\n\n"
+                      "def fails():\n    raise ValueError('the model is wrong')\n")
+    assert main(["viz", f"{script}:fails"]) == 2
+    err = capsys.readouterr().err
+    assert "raised ValueError: the model is wrong" in err and "model.py:7" in err
+    assert main(["viz", f"{script}:needs_an_argument"]) == 2
+    assert "missing 1 required positional argument" in capsys.readouterr().err
+    (tmp_path / "broken.py").write_text("def f(:\n")
+    assert main(["viz", f"{tmp_path / 'broken.py'}:f"]) == 2
+    assert "SyntaxError" in capsys.readouterr().err
 
 
 @pytest.mark.slow
