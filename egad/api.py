@@ -154,7 +154,7 @@ class Optimized:
             optimization = dataclasses.replace(optimization, timings={**optimization.timings, "check": seconds},
                                                checked=verdict if keep_optimized else None)
             if not keep_optimized:
-                optimization.fallback = verdict
+                optimization = dataclasses.replace(optimization, program=original, fallback=verdict)
                 compiled, program = baseline, original
         else:
             (compiled,) = self._compile(program)
@@ -165,9 +165,9 @@ class Optimized:
             optimized_seconds, original_seconds = _time_side_by_side(compiled, baseline, examples)
             optimization = dataclasses.replace(optimization, measured=(optimized_seconds, original_seconds))
             if optimized_seconds > original_seconds * (1 + MEASURED_NOISE):
-                optimization.fallback = (f"measured slower than the original on the example inputs "
-                                         f"({optimized_seconds * 1e3:.3g} ms against {original_seconds * 1e3:.3g} "
-                                         f"ms); the original program is built")
+                optimization = dataclasses.replace(optimization, program=original, fallback=(
+                    f"measured slower than the original on the example inputs ({optimized_seconds * 1e3:.3g} ms "
+                    f"against {original_seconds * 1e3:.3g} ms); the original program is built"))
                 compiled, program = baseline, original
             self.timings["measure"] = self.timings.get("measure", 0.0) + time.perf_counter() - started
         if optimization is not None:
