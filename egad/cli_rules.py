@@ -19,7 +19,7 @@ import os
 import sys
 import time
 
-from .errors import EgadError
+from .errors import EgadError, message
 
 
 def register(commands) -> None:
@@ -98,10 +98,15 @@ def run_check(args) -> int:
 
 def run_stats(args) -> int:
     from . import rule_stats
+    from .rule_programs import WORKLOADS
 
     try:
         families = _stats_families(args.rules)
-        for name in _workload_names(args.workloads or None, ("lstm", "gnmt-tiny")):
+        names = _workload_names(args.workloads or None, ("lstm", "gnmt-tiny"))
+        if not names:  # `none`: check's way to skip programs; stats has nothing else to measure
+            raise EgadError(message("no workload to measure",
+                                    instead=f"name some of {', '.join(WORKLOADS)} (default: lstm gnmt-tiny)"))
+        for name in names:
             print(rule_stats.rule_stats(_cases([name], args.corpus), families, name))
             print()
     except EgadError as error:

@@ -200,11 +200,16 @@ def main(argv: list[str] | None = None) -> int:
     return run(parser.parse_args(argv))
 
 
+_DEFAULTS = {"steps": 4000, "target-accuracy": 0.95, "lr": LEARNING_RATE, "out": pathlib.Path("demo_out")}
+
+
 def add_arguments(parser) -> None:
-    parser.add_argument("--steps", type=_positive_int, default=4000, help="most training steps (default 4000)")
-    parser.add_argument("--target-accuracy", type=float, default=0.95, help="stop at this token accuracy")
-    parser.add_argument("--lr", type=float, default=LEARNING_RATE, help="Adam's learning rate")
-    parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("demo_out"),
+    parser.add_argument("--steps", type=_positive_int, default=_DEFAULTS["steps"],
+                        help="most training steps (default 4000)")
+    parser.add_argument("--target-accuracy", type=float, default=_DEFAULTS["target-accuracy"],
+                        help="stop at this token accuracy")
+    parser.add_argument("--lr", type=float, default=_DEFAULTS["lr"], help="Adam's learning rate")
+    parser.add_argument("--out", type=pathlib.Path, default=_DEFAULTS["out"],
                         help="where the plot and the visualiser's HTML go (default ./demo_out)")
     parser.add_argument("--while-loop", action="store_true",
                         help="run the smaller demo instead: an RNN in a data-dependent while_loop, checked")
@@ -221,6 +226,11 @@ def run(args) -> int:
     if args.while_loop:
         from . import demo_while
 
+        given = [f"--{name}" for name in ("steps", "out", "lr", "target-accuracy")
+                 if getattr(args, name.replace("-", "_")) != _DEFAULTS[name]]
+        if given:  # the smaller demo trains nothing and writes nothing
+            raise EgadError(message(f"egad demo --while-loop takes none of {', '.join(given)}",
+                                    instead="run egad demo --while-loop alone"))
         return demo_while.main()
     if args.out.exists() and not args.out.is_dir():  # before training, not after
         raise EgadError(message(f"egad demo: --out {args.out} is a file, not a folder",

@@ -54,7 +54,7 @@ def test_a_demo_that_misses_its_target_exits_non_zero(tmp_path, capsys):
     assert "did NOT reach" in capsys.readouterr().out
 
 
-def test_a_demo_given_no_steps_or_a_file_for_its_folder_stops_before_training(tmp_path, capsys):
+def test_demo_options_that_cannot_work_stop_it_before_training(tmp_path, capsys):
     from egad import cli
 
     try:
@@ -65,3 +65,5 @@ def test_a_demo_given_no_steps_or_a_file_for_its_folder_stops_before_training(tm
     (tmp_path / "a-file").write_text("")
     assert cli.main(["demo", "--steps", "1", "--out", str(tmp_path / "a-file")]) == 2
     assert "is a file, not a folder" in capsys.readouterr().err
+    assert cli.main(["demo", "--while-loop", "--steps", "5"]) == 2  # the smaller demo trains nothing
+    assert "takes none of --steps" in capsys.readouterr().err

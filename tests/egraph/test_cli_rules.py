@@ -32,3 +32,8 @@ def test_a_count_of_examples_must_be_positive(capsys):
     except SystemExit as stop:
         assert stop.code == 2
     assert "0 is not a positive number" in capsys.readouterr().err
+
+
+def test_rule_stats_with_no_workload_says_which_to_name(capsys):
+    assert cli.main(["rules", "stats", "none"]) == 2
+    assert "no workload to measure" in capsys.readouterr().err
