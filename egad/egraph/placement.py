@@ -144,10 +144,8 @@ def place(extraction: Extraction) -> Placement:
             region = node.args[0]
             if node.head in LOOP_HEADS:
                 loops.add(region)
-                if node.head == "For" and _constant_bounds(choice, node) is not None:
-                    lo, hi = _constant_bounds(choice, node)
-                    if lo < hi:
-                        runs.add(region)
+                if node.head == "For" and _runs_once_at_least(choice, node):
+                    runs.add(region)
                 region_scopes[region] = tuple(where + ((region, branch),) for branch, _ in region_results(node))
             else:
                 branch_counts[region] = len(region_results(node))
@@ -187,12 +185,10 @@ def _fallible(choice, order) -> set[ClassId]:
     return fallible
 
 
-def _constant_bounds(choice, loop: ENode) -> tuple[int, int] | None:
-    """A for loop's (lo, hi) where both are constants."""
-    bounds = [choice[c] for c in loop.args[1:3]]
-    if all(node.head == "Scalar" for node in bounds):
-        return int(bounds[0].args[1]), int(bounds[1].args[1])
-    return None
+def _runs_once_at_least(choice, loop: ENode) -> bool:
+    """A for loop whose bounds are constants lo < hi."""
+    lo, hi = (choice[c] for c in loop.args[1:3])
+    return lo.head == hi.head == "Scalar" and int(lo.args[1]) < int(hi.args[1])
 
 
 def _covering_scopes(uses: list[Scope], branch_counts: dict[int, int]) -> list[Scope]:
