@@ -25,16 +25,16 @@ def target_shape(bb, shape, sizes) -> list:
     """A shape attribute as Relax dims: ints stay, each symbolic dim is bound (by a
     match_cast, checked at run time) to its int64 size input, in order."""
     sizes = iter(sizes)
-    dims = []
-    for dim in shape:
-        if isinstance(dim, int):
-            dims.append(dim)
-            continue
-        symbol = symbol_var(FunctionScope.symbols, dim)
-        as_shape = bb.emit(relax.op.tensor_to_shape(bb.emit(relax.op.reshape(next(sizes), [1]))))
-        bb.match_cast(as_shape, relax.ShapeType([symbol]))
-        dims.append(symbol)
-    return dims
+    return [dim if isinstance(dim, int) else bind_symbol(bb, dim, next(sizes)) for dim in shape]
+
+
+def bind_symbol(bb, dim: str, size):
+    """The function's variable for symbolic dim `dim`, bound (by a match_cast, checked at
+    run time) to `size`, an int64 scalar tensor."""
+    symbol = symbol_var(FunctionScope.symbols, dim)
+    as_shape = bb.emit(relax.op.tensor_to_shape(bb.emit(relax.op.reshape(size, [1]))))
+    bb.match_cast(as_shape, relax.ShapeType([symbol]))
+    return symbol
 
 
 @lowers("transpose")
@@ -92,12 +92,12 @@ def _symbolic_ends_dropped(bb, x, x_type, axis: int, start: int, dropped: int, d
     max(T - dropped, 0) where first met. So `x[1:] - x[:-1]` has one shape in Relax:
     TVM's strided_slice infers a different expression for each, which it can neither
     broadcast nor, once match_cast to one dim, fuse (FuseTIR)."""
-    if dim not in FunctionScope.symbols:
+    if dim in FunctionScope.symbols:
+        length = FunctionScope.symbols[dim]
+    else:
         size = axis_size(bb, x, x_type, axis)
-        length = R.maximum(R.subtract(size, relax.const(dropped, "int64")), relax.const(0, "int64"))
-        as_shape = bb.emit(R.tensor_to_shape(bb.emit(R.reshape(length, [1]))))
-        bb.match_cast(as_shape, relax.ShapeType([symbol_var(FunctionScope.symbols, dim)]))
-    length = FunctionScope.symbols[dim]
+        length = bind_symbol(bb, dim, R.maximum(R.subtract(size, relax.const(dropped, "int64")),
+                                                relax.const(0, "int64")))
 
     def rows(data):
         out_shape = [length if k == axis else d for k, d in enumerate(data.shape)]
