@@ -22,6 +22,14 @@ from .errors import EgadError
 _COMMAND_MODULES = ("egad.demo", "egad.cli_rules", "egad.cli_viz", "egad.cli_bench")
 
 
+def positive_int(text: str, unit: str = "") -> int:
+    """An argparse type: an int of at least 1 (`unit` names what it counts, for the error)."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive number" + (f" of {unit}" if unit else ""))
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="egad", description="differentiate and compile programs with control flow")
     commands = parser.add_subparsers(dest="command", required=True)

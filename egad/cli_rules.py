@@ -14,11 +14,11 @@ adds those of family files to them.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
 
+from .cli import positive_int
 from .errors import EgadError, message
 
 
@@ -37,7 +37,7 @@ def register(commands) -> None:
                             "branches, or none (default: all four)")
     check.add_argument("--corpus", default=None, metavar="DIR", help="the corpus package (default: tests/programs "
                                                                      "of the repository)")
-    check.add_argument("--examples", type=_positive_int, default=None, metavar="N",
+    check.add_argument("--examples", type=positive_int, default=None, metavar="N",
                        help="Hypothesis examples per rule (default: 24)")
     check.add_argument("--seed", type=int, default=None, help="Hypothesis's seed (default: the same examples "
                                                               "every run)")
@@ -67,13 +67,6 @@ def list_rules() -> int:
             where = f"{os.path.relpath(rule.site.file, root)}:{rule.site.line}"
             print(f"  {rule.name:34s} {kind:11s} {where:28s} {rule.why}")
     return 0
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not a positive number")
-    return value
 
 
 def run_check(args) -> int:

@@ -34,6 +34,7 @@ import numpy as np
 import egad
 import egad.nn as enn
 import egad.numpy as enp
+from egad.cli import positive_int
 from egad.errors import EgadError, message
 from egad.workloads import load_benchmark
 
@@ -200,11 +201,15 @@ def main(argv: list[str] | None = None) -> int:
     return run(parser.parse_args(argv))
 
 
+def _steps(text: str) -> int:
+    return positive_int(text, unit="steps")
+
+
 _DEFAULTS = {"steps": 4000, "target-accuracy": 0.95, "lr": LEARNING_RATE, "out": pathlib.Path("demo_out")}
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--steps", type=_positive_int, default=_DEFAULTS["steps"],
+    parser.add_argument("--steps", type=_steps, default=_DEFAULTS["steps"],
                         help="most training steps (default 4000)")
     parser.add_argument("--target-accuracy", type=float, default=_DEFAULTS["target-accuracy"],
                         help="stop at this token accuracy")
@@ -213,13 +218,6 @@ def add_arguments(parser) -> None:
                         help="where the plot and the visualiser's HTML go (default ./demo_out)")
     parser.add_argument("--while-loop", action="store_true",
                         help="run the smaller demo instead: an RNN in a data-dependent while_loop, checked")
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not a positive number of steps")
-    return value
 
 
 def run(args) -> int:
