@@ -28,7 +28,19 @@ class ShapeError(EgadError, ValueError):
 
 
 class LoopStateError(EgadError, TypeError):
-    """A loop body returned state whose structure, shape or dtype differs from its input."""
+    """A loop body returned state whose structure, shape or dtype differs from its input.
+
+    When one state leaf is at fault, `leaf` is its path (e.g. "state[0]['h']"),
+    `entered`/`returned` its types as text, `body` the body's name, `changed`
+    "shape" or "dtype" and `where` the user's line, so callers that know the
+    user's names (egad.function) can say the same thing in those names."""
+
+    def __init__(self, text: str, *, leaf: str | None = None, entered: str | None = None,
+                 returned: str | None = None, body: str | None = None, changed: str | None = None,
+                 where: str | None = None):
+        super().__init__(text)
+        self.leaf, self.entered, self.returned, self.body = leaf, entered, returned, body
+        self.changed, self.where = changed, where
 
 
 class BranchMismatchError(EgadError, TypeError):

@@ -99,11 +99,9 @@ def _reconcile_loop_state(traced_types: list[TensorType], in_types: list[TensorT
     promote_in, cast_out = [None] * len(in_types), [None] * len(in_types)
     for k, (got, want) in enumerate(zip(traced_types, in_types)):
         if got.shape != want.shape:
-            raise LoopStateError(message(
-                f"loop state leaf `{paths[k]}` enters {body} as {_describe(want)} but {body} returns {_describe(got)}",
-                where=user_location().long(),
-                instead="loop state must keep its shape across iterations; pad to a fixed shape, "
-                        "or make the value a per-step output (egad.scan's ys)"))
+            raise _state_mismatch(paths[k], want, got, body, "shape",
+                                  instead="loop state must keep its shape across iterations; pad to a fixed shape, "
+                                          "or make the value a per-step output (egad.scan's ys)")
         if got.dtype == want.dtype:
             continue
         joined, _ = result_dtype(*(_dtype_token(t) for t in (got, want)))
@@ -112,12 +110,18 @@ def _reconcile_loop_state(traced_types: list[TensorType], in_types: list[TensorT
         elif got.weak and joined == want.dtype:
             cast_out[k] = want.dtype
         else:
-            raise LoopStateError(message(
-                f"loop state leaf `{paths[k]}` enters {body} as {_describe(want)} but {body} returns {_describe(got)}",
-                where=user_location().long(),
-                instead=f"keep the dtype stable: start from a {got.dtype} value or .astype('{want.dtype}') "
-                        "the new state"))
+            raise _state_mismatch(paths[k], want, got, body, "dtype",
+                                  instead=f"keep the dtype stable: start from a {got.dtype} value or "
+                                          f".astype('{want.dtype}') the new state")
     return (promote_in if any(promote_in) else None), (cast_out if any(cast_out) else None)
+
+
+def _state_mismatch(path: str, want: TensorType, got: TensorType, body: str, changed: str,
+                    instead: str) -> LoopStateError:
+    entered, returned, where = _describe(want), _describe(got), user_location().long()
+    return LoopStateError(message(f"loop state leaf `{path}` enters {body} as {entered} but {body} returns {returned}",
+                                  where=where, instead=instead),
+                          leaf=path, entered=entered, returned=returned, body=body, changed=changed, where=where)
 
 
 def _dtype_token(t: TensorType):

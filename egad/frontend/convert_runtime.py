@@ -451,20 +451,18 @@ def _naming_state(carried, initial, names, info: StatementInfo):
     try:
         yield
     except LoopStateError as error:
-        text = str(error)
-        match = re.search(r"`state\[(\d+)\]([^`]*)`", text)
+        match = re.fullmatch(r"state\[(\d+)\](.*)", error.leaf or "")
         if match is None or int(match.group(1)) >= len(carried):
             raise
-        k = int(match.group(1))
+        k, rest = int(match.group(1)), match.group(2)
         name = names[carried[k]]
         if name.startswith("__egad"):
             raise
-        text = text.replace(match.group(0), f"`{name}{match.group(2)}`", 1)
-        parts = text.split("\n  ")
-        what = parts[0].replace("loop state leaf", "variable", 1)
-        where = next((part[3:] for part in parts[1:] if part.startswith("at ")), info.where)
-        shape_changed = "keep its shape" in text
-        if shape_changed and not is_tracer(initial[k]) and np.ndim(initial[k]) == 0:
+        what = (f"variable `{name}{rest}` enters {error.body} as {error.entered} "
+                f"but {error.body} returns {error.returned}")
+        where = error.where or info.where
+        shape_changed = error.changed == "shape"
+        if shape_changed and not rest and not is_tracer(initial[k]) and np.ndim(initial[k]) == 0:
             instead = (f"{name} starts as a Python scalar ({initial[k]!r}) and becomes an array: start it as an array "
                        f"of its final shape, e.g. `{name} = enp.zeros_like(...)` of the value it is built from")
         elif shape_changed:

@@ -307,6 +307,47 @@ def test_a_python_scalar_accumulator_that_becomes_an_array_is_named():
         egad.trace(f, np.array([1.0, 2.0]), np.int64(3))
 
 
+def test_an_array_that_grows_in_a_traced_loop_is_named_with_its_shapes():
+    @egad.function
+    def f(x, n):
+        y = x
+        for i in range(n):
+            y = enp.concatenate([y, x])
+        return y
+
+    with pytest.raises(egad.LoopStateError) as info:
+        egad.trace(f, np.array([1.0, 2.0]), np.int64(3))
+    text = str(info.value)
+    assert "variable `y` enters" in text and "float64[2]" in text and "float64[4]" in text
+    assert "y must keep its shape" in text and "state[" not in text
+
+
+def test_a_variable_whose_dtype_changes_in_a_traced_while_is_named():
+    @egad.function
+    def f(x, n):
+        k = np.zeros(2, "int32")
+        while n > 0:
+            k = k + x
+            n = n - 1
+        return k
+
+    with pytest.raises(egad.LoopStateError, match=r"(?s)variable `k` enters .*int32\[2\].*float64\[2\]"
+                                                 r".*keep k's dtype stable"):
+        egad.trace(f, np.array([1.0, 2.0]), np.int64(3))
+
+
+def test_a_leaf_inside_a_container_variable_is_named_by_its_path():
+    @egad.function
+    def f(x, n):
+        pair = (x, x)
+        for i in range(n):
+            pair = (pair[0], enp.concatenate([pair[1], x]))
+        return pair[1]
+
+    with pytest.raises(egad.LoopStateError, match=r"variable `pair\[1\]` enters"):
+        egad.trace(f, np.array([1.0, 2.0]), np.int64(3))
+
+
 @egad.function
 def _shape_read_in_a_branch_and_after(x, t):
     y = x[0]
