@@ -19,7 +19,7 @@ from egad.interp import _flatten_arguments
 from egad.ir.program import Program
 from egad.pytree import flatten, unflatten
 
-from . import index_checks, reduction, runtime, schedule
+from . import host_checks, index_checks, runtime, schedule
 from .cache import BuildCache, Entry, cache_key, shared_cache
 from .lower import lower
 from .targets import ResolvedTarget, device_source, resolve
@@ -70,10 +70,10 @@ class Compiled:
                 raise
             raise index_checks.out_of_range_error(self.program, found) from None
         except ValueError as error:
-            site = reduction.found_empty_reduction(error)
+            site = host_checks.found_failed_check(error)
             if site is None:
                 raise
-            raise reduction.empty_reduction_error(self.program, site) from None
+            raise host_checks.host_check_error(self.program, site) from None
         finally:
             runtime.release_tapes(first_tape)
         values = _to_numpy(results, tensors)

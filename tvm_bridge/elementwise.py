@@ -7,7 +7,7 @@ from tvm import relax, te, tirx, topi
 
 from egad.ir.types import FLOAT_DTYPES, INT_DTYPES
 
-from .reduction import check_exponent_not_negative
+from .host_checks import check_exponent_not_negative
 from .registry import FunctionScope, lowers
 
 R = relax.op

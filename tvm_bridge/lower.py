@@ -23,7 +23,8 @@ from egad.ir.types import TapeType, TensorType
 from . import creation, elementwise, index, linalg, nn, reduction, shape  # noqa: F401 (register lowerings)
 from . import index_checks
 from .creation import filled
-from .reduction import empty_reduction, reduction_sites
+from .host_checks import host_check_sites
+from .reduction import empty_reduction
 from .registry import LOWERINGS, FunctionScope, symbol_var
 
 _HANDLE = relax.TensorType((), "int64")  # a tape, as a handle
@@ -58,7 +59,7 @@ def _computes_nothing(binding: Binding) -> bool:
 
 
 def _checks_at_run_time(binding: Binding) -> bool:
-    if id(binding) in FunctionScope.empty_sites:
+    if id(binding) in FunctionScope.host_check_sites:
         return True
     return (id(binding) in FunctionScope.sites and id(binding) not in FunctionScope.hoisted_sites
             and index_plan(binding, FunctionScope.ranges) is IndexPlan.CHECK)
@@ -238,13 +239,13 @@ def lower(program: Program, checks_in_kernels: bool = True):
     FunctionScope.hoisted_sites = frozenset(id(check.site) for checks in FunctionScope.hoisted.values()
                                             for check in checks)
     FunctionScope.checks_in_kernels = checks_in_kernels
-    FunctionScope.empty_sites = {id(binding): k for k, binding in enumerate(reduction_sites(program))}
+    FunctionScope.host_check_sites = {id(binding): k for k, binding in enumerate(host_check_sites(program))}
     try:
         return Lowering().module(program)
     finally:
         FunctionScope.constants, FunctionScope.ranges, FunctionScope.sites, FunctionScope.hoisted = {}, {}, {}, {}
         FunctionScope.hoisted_sites = frozenset()
-        FunctionScope.empty_sites = {}
+        FunctionScope.host_check_sites = {}
 
 
 def known_constants(region: Region, known: dict | None = None) -> dict:

@@ -3,108 +3,30 @@
 max, min and argmax have no value over nothing: the interpreter raises (numpy's
 "zero-size array to reduction operation maximum"), and TVM's reduction would return
 its init (the lowest float) or memory never written. Where a reduced axis is symbolic
-(or 0), a host call checks its size first (`egad.reduction_is_empty`), raising
-ValueError with the site; `Compiled.__call__` turns it into ShapeError naming the op
-and the user's line (`empty_reduction_error`). Sites are numbered in
-`reduction_sites` order, the same in every program of one structure. Integer `pow`
-shares these sites: numpy has no value for a negative integer exponent either, so a
-host call checks the exponent (`egad.exponent_is_negative`) and the same path raises
-the interpreter's ShapeError.
+(or 0), a host call checks its size first (host_checks.py).
 """
 from __future__ import annotations
 
 import math
-import re
 
-import tvm
 from tvm import relax, te, tirx
 
-from egad.errors import ShapeError, message
 from egad.ir.ops import parse_einsum
-from egad.ir.program import Program, walk_bindings
-from egad.ir.types import FLOAT_DTYPES, INT_DTYPES
+from egad.ir.types import FLOAT_DTYPES
 
 from .creation import filled
-from .index_checks import site_of
-from .registry import FunctionScope, lowers
-from .shape import axis_size
+from .host_checks import NO_IDENTITY, check_not_empty
+from .registry import lowers
 
 R = relax.op
 _REDUCE = {"reduce_sum": R.sum, "reduce_mean": R.mean, "reduce_max": R.max, "reduce_min": R.min}
-
-
-# what numpy (so the interpreter) says of each over nothing
-NO_IDENTITY = {"reduce_max": "zero-size array to reduction operation maximum which has no identity",
-               "reduce_min": "zero-size array to reduction operation minimum which has no identity",
-               "argmax": "attempt to get argmax of an empty sequence"}
-NEGATIVE_EXPONENT = "Integers to negative integer powers are not allowed."  # numpy's words, as the interpreter's
-_EMPTY = re.compile(r"egad reduction site (\d+): (an axis of size 0|a negative integer exponent)")
-
-
-@tvm.register_global_func("egad.reduction_is_empty", override=True)
-def _reduction_is_empty(site: int, *sizes) -> None:
-    if any(int(size.numpy()) == 0 if isinstance(size, tvm.runtime.Tensor) else int(size) == 0 for size in sizes):
-        raise ValueError(f"egad reduction site {site}: an axis of size 0")
-
-
-@tvm.register_global_func("egad.exponent_is_negative", override=True)
-def _exponent_is_negative(site: int, exponent) -> None:
-    if (exponent.numpy() < 0).any():
-        raise ValueError(f"egad reduction site {site}: a negative integer exponent")
-
-
-def reduction_sites(program: Program) -> list:
-    """The reductions without identity (max, min, argmax) and the integer powers of
-    `program` in walk order: the ops whose compiled code checks a value on the host."""
-    return [binding for binding in walk_bindings(program.region)
-            if binding.op in NO_IDENTITY or binding.op == "pow" and binding.inputs[0].type.dtype in INT_DTYPES]
-
-
-def found_empty_reduction(error: ValueError) -> int | None:
-    """The site when `error` was raised by `egad.reduction_is_empty`, else None."""
-    match = _EMPTY.search(str(error))
-    return int(match.group(1)) if match else None
-
-
-def empty_reduction_error(program: Program, site: int) -> ShapeError:
-    """The error a compiled `program` raises for an empty reduction at `site`."""
-    op, where = site_of(reduction_sites(program), site, "reduction")
-    if op == "pow":
-        return ShapeError(message(f"pow: {NEGATIVE_EXPONENT}", where=where,
-                                  instead="keep integer exponents >= 0, or cast the base to float first"))
-    what = NO_IDENTITY.get(op, "a reduction over an axis of size 0")
-    return ShapeError(message(f"{op}: {what}", where=where,
-                              instead="reduce over a non-empty axis (check the sequence length), or guard the "
-                                      "reduction with egad.cond"))
-
-
-def check_exponent_not_negative(bb, exponent, binding) -> None:
-    """A host call raising where an element of the integer `exponent` of `binding` (a
-    pow) is negative at run time."""
-    bb.emit(relax.Call(relax.ExternFunc("egad.exponent_is_negative"),
-                       [relax.prim_value(FunctionScope.empty_sites.get(id(binding), -1), "int64"), exponent],
-                       ty_args=[relax.TupleType([])]))
-
-
-def _check_not_empty(bb, x, binding, axes) -> None:
-    """A host call raising where one of `axes` of x has size 0 at run time (none where all
-    are static and non-zero)."""
-    x_type = binding.inputs[0].type
-    axes = [axis % x_type.ndim for axis in axes]
-    if all(isinstance(x_type.shape[axis], int) and x_type.shape[axis] > 0 for axis in axes):
-        return
-    sizes = [axis_size(bb, x, x_type, axis) for axis in axes]
-    bb.emit(relax.Call(relax.ExternFunc("egad.reduction_is_empty"),
-                       [relax.prim_value(FunctionScope.empty_sites.get(id(binding), -1), "int64"),
-                        *(relax.prim_value(size, "int64") if isinstance(size, int) else size for size in sizes)],
-                       ty_args=[relax.TupleType([])]))
 
 
 @lowers(*_REDUCE)
 def _reduce(bb, args, attrs, binding):
     axes, keepdims, dtype = list(attrs["axes"]), attrs["keepdims"], binding.inputs[0].type.dtype
     if binding.op in NO_IDENTITY:  # (no axes: nothing is reduced)
-        _check_not_empty(bb, args[0], binding, axes)
+        check_not_empty(bb, args[0], binding, axes)
     if binding.op in ("reduce_max", "reduce_min") and dtype in FLOAT_DTYPES and axes:
         return bb.emit_te(_extreme_keeping_nan, args[0], axes, keepdims, binding.op == "reduce_max",
                           primfunc_name_hint=binding.op[len("reduce_"):])
@@ -143,7 +65,7 @@ def _reduce_bool(bb, args, attrs, binding):
 
 @lowers("argmax")
 def _argmax(bb, args, attrs, binding):
-    _check_not_empty(bb, args[0], binding, [attrs["axis"]])
+    check_not_empty(bb, args[0], binding, [attrs["axis"]])
     if binding.inputs[0].type.dtype in FLOAT_DTYPES:
         index_and_value = bb.emit_te(_argmax_first_nan, args[0], attrs["axis"], primfunc_name_hint="argmax")
         return relax.TupleGetItem(index_and_value, 0)

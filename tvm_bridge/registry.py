@@ -31,8 +31,9 @@ class FunctionScope:
     egad/ir/index_ranges.py), its index sites (id(binding) -> position), the checks
     run once before a loop rather than once a trip (id(for binding) -> HoistedChecks)
     and the sites they cover, whether an index check can be a kernel (on the CPU)
-    or is a host call, and the reductions without identity that may run over an empty
-    axis (id(binding) -> site, tvm_bridge/reduction.py)."""
+    or is a host call, and the ops whose values the host checks (reductions without
+    identity that may run over an empty axis, integer powers: id(binding) -> site,
+    tvm_bridge/host_checks.py)."""
 
     symbols: dict = {}
     constants: dict = {}
@@ -42,7 +43,7 @@ class FunctionScope:
     hoisted: dict = {}
     hoisted_sites: frozenset = frozenset()
     checks_in_kernels: bool = True
-    empty_sites: dict = {}
+    host_check_sites: dict = {}
 
 
 def symbol_var(symbols: dict, name: str):
