@@ -16,11 +16,10 @@ families), since declaring a family or a rule name twice is an error.
 """
 from __future__ import annotations
 
-import importlib.util
 import pathlib
-import sys
 
 from .errors import RuleFileError, message
+from .source import run_user_module
 
 _LOADED: dict[pathlib.Path, list] = {}
 
@@ -53,14 +52,9 @@ def load_families(path) -> list:
                                     instead="pass the path of a .py file that declares a family, or a family name "
                                             f"({', '.join(f.name for f in rules.default())})"))
     before = {f.name for f in rules.families()}
-    module_name = f"_egad_rule_file_{len(_LOADED)}_{path.stem}"
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module  # dataclasses and pickling look modules up by name
     try:
-        spec.loader.exec_module(module)
+        run_user_module(f"_egad_rule_file_{len(_LOADED)}_{path.stem}", path)
     except Exception as error:  # noqa: BLE001 - any failure of the user's file is reported as such
-        del sys.modules[module_name]
         raise RuleFileError(message(
             f"loading the rule family file {path} failed: {type(error).__name__}: {error}", where=str(path),
             instead="fix the file (run it with python to see the traceback); family and rule names must be new")) \

@@ -26,16 +26,14 @@ directory, and `DEFAULT_CORPUS` is the repository's.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import pathlib
-import sys
 from typing import Callable
 
 import numpy as np
 
 from .errors import UnsupportedError, message
 from .ir.program import Program
-from .source import raised_at
+from .source import raised_at, run_user_module
 from .workloads import REPOSITORY, load_benchmark
 
 DEFAULT_CORPUS = REPOSITORY / "tests" / "programs"
@@ -204,14 +202,9 @@ def _load_corpus(path: pathlib.Path):
             f"{path} is not a corpus package (no __init__.py)",
             instead="pass the directory of a package whose all_programs() lists the programs "
                     f"(egad's is {DEFAULT_CORPUS}, in a checkout of the repository)"))
-    name = f"_egad_corpus_{len(_LOADED)}"
-    spec = importlib.util.spec_from_file_location(name, init, submodule_search_locations=[str(path)])
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # its modules import each other relatively
     try:
-        spec.loader.exec_module(module)
+        module = run_user_module(f"_egad_corpus_{len(_LOADED)}", init, package_dir=path)
     except Exception as error:  # noqa: BLE001 - the user's package: any error is theirs to see
-        del sys.modules[name]
         raise UnsupportedError(message(f"loading the corpus package {path} failed: {type(error).__name__}: {error}",
                                        where=raised_at(error).long(),
                                        instead="fix the package so that `import` of it works")) from error

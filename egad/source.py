@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib.util
 import os
 import sys
 import sysconfig
@@ -89,3 +90,21 @@ def raised_at(error: BaseException) -> SourceLoc:
         if not _is_internal(filename) and not filename.startswith(_LIBRARY_DIRS):
             return SourceLoc(frame.filename, frame.lineno or 0, frame.name)
     return UNKNOWN
+
+
+def run_user_module(name: str, file, package_dir=None):
+    """Run the user's Python `file` as a new module `name` (a package searching
+    `package_dir` for its submodules when given) and return it. The module is in
+    sys.modules while it runs and after (a package's modules import each other
+    relatively; dataclasses and pickling look modules up by name); on any error it is
+    taken out again and the error raised for the caller to report."""
+    search = {} if package_dir is None else {"submodule_search_locations": [str(package_dir)]}
+    spec = importlib.util.spec_from_file_location(name, file, **search)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
