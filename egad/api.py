@@ -15,6 +15,7 @@ disk (tvm_bridge/cache.py), so a program built before is loaded, not compiled.
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 
 import numpy as np
@@ -50,6 +51,8 @@ class Optimized:
         self.builds = 0  # specializations made ready: compiled, or loaded from a cache
         self.origins = {"built": 0, "memory": 0, "disk": 0}
         self._specializations: dict[tuple, object] = {}
+        # calls in several threads that need the same new specialization build it once
+        self._specializing = threading.Lock()
         signature = program.signature
         baked = [value for value, tree in zip(signature.static_values, signature.trees) if tree is None]
         self._base_key = _signature_key(program, [_traced_shapes(program)], baked)
@@ -61,7 +64,8 @@ class Optimized:
         key = self._call_key(args)
         compiled = self._specializations.get(key)
         if compiled is None:
-            compiled = self._specialize(args, key)
+            with self._specializing:
+                compiled = self._specializations.get(key) or self._specialize(args, key)
         return compiled
 
     def _call_key(self, args) -> tuple | None:

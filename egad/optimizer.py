@@ -21,6 +21,7 @@ target, limits):
 from __future__ import annotations
 
 import dataclasses
+import gc
 import time
 from collections import Counter
 
@@ -124,6 +125,11 @@ def optimize_program(program: Program, families, target="llvm", limits=None, che
     if cached is not None:  # the same program (fingerprints cover ops, types and constants) seen before
         return dataclasses.replace(cached, cached=True)
     result = _optimize(program, families, names, target, limits, check_args, memory_limit, dict(guesses))
+    # The e-graph is garbage now, in reference cycles (egglog's own, and any rule's recursive
+    # closure over its view): collected here, on the thread that made it. egglog refuses to be
+    # dropped on another thread ("EGraph is unsendable"), and a collection runs on whichever
+    # thread allocates (egad.optimize called from several threads). ~50 ms.
+    gc.collect()
     _CACHE[key] = result
     return result
 

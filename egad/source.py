@@ -7,6 +7,7 @@ import importlib.util
 import os
 import sys
 import sysconfig
+import threading
 import traceback
 
 _EGAD_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -39,24 +40,33 @@ def _is_internal(filename: str) -> bool:
     return filename.startswith(_EGAD_DIR) or filename.startswith("<frozen")
 
 
-_OVERRIDES: list[SourceLoc] = []
+class _Overrides(threading.local):
+    """`located_at`'s locations, innermost last, one list a thread (programs may be
+    traced and differentiated in several threads at once)."""
+    locations: list[SourceLoc]
+
+    def __init__(self):
+        self.locations = []
+
+
+_OVERRIDES = _Overrides()
 
 
 @contextlib.contextmanager
 def located_at(loc: SourceLoc):
     """Attribute everything recorded in this block to `loc`: program transformations
     (AD) emit code on behalf of a binding the user wrote, so that is its line."""
-    _OVERRIDES.append(loc)
+    _OVERRIDES.locations.append(loc)
     try:
         yield
     finally:
-        _OVERRIDES.pop()
+        _OVERRIDES.locations.pop()
 
 
 def user_location() -> SourceLoc:
     """The innermost stack frame outside egad: the user's line that caused this."""
-    if _OVERRIDES:
-        return _OVERRIDES[-1]
+    if _OVERRIDES.locations:
+        return _OVERRIDES.locations[-1]
     frame = sys._getframe(1)
     while frame is not None:
         filename = frame.f_code.co_filename

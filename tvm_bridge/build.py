@@ -37,7 +37,7 @@ class Compiled:
         self.origin = entry.origin
         self.target = target
         self.build_seconds = seconds
-        self._vm = None
+        self._machines = _Machines()
         self._staging = _Staging()
 
     @property
@@ -50,18 +50,18 @@ class Compiled:
         self.executable.export_library(path)
 
     def _machine(self):
-        if self._vm is None:
+        if self._machines.vm is None:
             device = self.target.device()
             vm = relax.VirtualMachine(self.executable, device)
-            self._vm = (vm["main"], vm.module["invoke_closure"], device)
-        return self._vm
+            self._machines.vm = (vm["main"], vm.module["invoke_closure"], device)
+        return self._machines.vm
 
     def __call__(self, *args):
         main, invoke, device = self._machine()
         leaves = _Leaves(args, self.program.signature.trees, self._staging)
         flat = _flatten_arguments(self.program, leaves.for_checking, {})
         tensors = [leaves.tensor(k, value, device) for k, value in enumerate(flat)]
-        first_tape = max(runtime._TAPES, default=0) + 1
+        tapes = runtime.start_call()
         try:
             results = main(invoke, *tensors)
         except IndexError as error:
@@ -75,7 +75,7 @@ class Compiled:
                 raise
             raise host_checks.host_check_error(self.program, site) from None
         finally:
-            runtime.release_tapes(first_tape)
+            runtime.release_tapes(tapes)
         values = _to_numpy(results, tensors)
         return unflatten(self.program.out_tree, [v[()] if v.ndim == 0 else v for v in values])
 
@@ -125,6 +125,14 @@ class _Leaves:
         if value.ctypes.data % _ALIGNMENT:
             value = self.staging.aligned_copy(k, value)
         return tvm.runtime.from_dlpack(value)
+
+
+class _Machines(threading.local):
+    """A VM per thread: a Relax VM keeps its registers, frames and memory pool in the
+    object, so calls in several threads at once each run on their own."""
+
+    def __init__(self):
+        self.vm = None
 
 
 class _Staging(threading.local):

@@ -10,6 +10,7 @@ lowerings registered in tvm_bridge/registry.py.
 from __future__ import annotations
 
 import json
+import threading
 
 from tvm import relax
 from tvm import tirx as tir
@@ -228,10 +229,20 @@ def _tape_ops_at_the_ends(region: Region) -> tuple[list[Binding], list[Binding],
     return pops, [b for b in region.bindings if id(b) not in grouped], pushes
 
 
+# Relax's BlockBuilder keeps one current builder per process, and FunctionScope holds
+# the function being lowered: programs built in several threads lower one at a time.
+_LOWERING = threading.Lock()
+
+
 def lower(program: Program, checks_in_kernels: bool = True):
     """The Relax IRModule of `program` (its `main` returns a tuple of the flat results).
     `checks_in_kernels`: index checks as CPU kernels calling back on an index out of
     range, else as host calls (tvm_bridge/index_checks.py)."""
+    with _LOWERING:
+        return _lower(program, checks_in_kernels)
+
+
+def _lower(program: Program, checks_in_kernels: bool):
     FunctionScope.constants = known_constants(program.region)
     FunctionScope.ranges = integer_ranges(program)
     FunctionScope.sites = {id(binding): k for k, binding in enumerate(index_sites(program))}

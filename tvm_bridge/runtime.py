@@ -36,6 +36,10 @@ from tvm_ffi import _ffi_api as _ffi
 _TAPES: dict[int, "_Tape"] = {}
 _TAPE_HANDLE_ADDRESSES: set[int] = set()  # where the live tapes' handle tensors' data are
 _tape_ids = itertools.count(1)
+# The tapes made by the call running in each thread (the VM calls back into this
+# module on the caller's thread), so that a call releases its own, not those of a
+# call running beside it in another thread.
+_CALL = threading.local()
 
 
 def _scalar(value) -> int:
@@ -173,6 +177,9 @@ def _int64_scalar(value: int, device):
 def _tape_alloc():
     handle = next(_tape_ids)
     tape = _TAPES[handle] = _Tape()
+    made = getattr(_CALL, "tapes", None)
+    if made is not None:
+        made.append(handle)
     tape.handle = _handle(handle)  # kept alive with the tape, so no other tensor takes its address
     _TAPE_HANDLE_ADDRESSES.add(_address(tape.handle))
     return tape.handle
@@ -411,9 +418,16 @@ def forget_spare_buffers() -> None:
     _SPARE_BUFFERS.clear()
 
 
-def release_tapes(first_handle: int):
-    """Forget the tapes allocated since `first_handle` (after a call returns)."""
-    for handle in [h for h in _TAPES if h >= first_handle]:
+def start_call() -> list[int]:
+    """Record the tapes this thread's call makes from now on (`release_tapes` after it)."""
+    _CALL.tapes = []
+    return _CALL.tapes
+
+
+def release_tapes(handles: list[int]):
+    """Forget these tapes (after the call that made them returns)."""
+    _CALL.tapes = None
+    for handle in handles:
         tape = _TAPES.pop(handle)
         _TAPE_HANDLE_ADDRESSES.discard(_address(tape.handle))
         _SPARE_BUFFERS.give_back(tape)

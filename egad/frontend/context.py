@@ -8,13 +8,24 @@ value in as an explicit operand. This keeps every region closed (DESIGN §3).
 from __future__ import annotations
 
 import contextlib
+import threading
 
 from ..errors import TracerLeakError, message
 from ..ir.program import Binding, Region, Var
 from ..ir.types import TensorType
 from ..source import user_location
 
-_STACK: list["RegionBuilder"] = []
+
+class _Stack(threading.local):
+    """The regions being traced, innermost last: one stack a thread, so that programs
+    traced in several threads at once each record into their own regions."""
+    regions: list["RegionBuilder"]
+
+    def __init__(self):
+        self.regions = []
+
+
+_STACK = _Stack()
 
 
 class RegionBuilder:
@@ -70,7 +81,7 @@ class RegionBuilder:
 
 
 def current() -> RegionBuilder | None:
-    return _STACK[-1] if _STACK else None
+    return _STACK.regions[-1] if _STACK.regions else None
 
 
 @contextlib.contextmanager
@@ -83,11 +94,11 @@ def open_region(name: str, top_level: bool = False, parent: "RegionBuilder | Non
         if parent is None:
             raise AssertionError("open_region(top_level=False) outside tracing")
     builder = RegionBuilder(parent, name)
-    _STACK.append(builder)
+    _STACK.regions.append(builder)
     try:
         yield builder
     finally:
-        popped = _STACK.pop()
+        popped = _STACK.regions.pop()
         assert popped is builder
         builder.closed = True
 

@@ -95,7 +95,7 @@ def _released(rows, keep_popped: bool):
     popped = [runtime._TAPES[handle].pop() for _ in rows]
     if not keep_popped:
         popped = None  # the VM dropped them by the time the call returned
-    runtime.release_tapes(handle)
+    runtime.release_tapes([handle])
     return popped
 
 
