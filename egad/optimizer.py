@@ -120,17 +120,20 @@ def optimize_program(program: Program, families, target="llvm", limits=None, che
     # fingerprints leave source lines out; a cached result carries its program's lines
     # into reports and the visualiser, so programs traced from other lines miss
     guesses = tuple(sorted((trip_guesses or {}).items()))
-    key = (fingerprint(program), _source_lines(program), names, str(target), limits, memory_limit, guesses)
-    cached = _CACHE.get(key)
+    rules = tuple(() if isinstance(f, str) else tuple(rule.name for rule in f.rules) for f in families)  # they may grow
+    key = (fingerprint(program), _source_lines(program), names, rules, str(target), limits, memory_limit, guesses)
+    checked = check_args is not None
+    # a result checked on example inputs answers any call; one not checked, only calls that ask for no check
+    cached = _CACHE.get((*key, True)) or (None if checked else _CACHE.get((*key, False)))
     if cached is not None:  # the same program (fingerprints cover ops, types and constants) seen before
-        return dataclasses.replace(cached, cached=True)
+        return _for_program(cached, program)
     result = _optimize(program, families, names, target, limits, check_args, memory_limit, dict(guesses))
     # The e-graph is garbage now, in reference cycles (egglog's own, and any rule's recursive
     # closure over its view): collected here, on the thread that made it. egglog refuses to be
     # dropped on another thread ("EGraph is unsendable"), and a collection runs on whichever
     # thread allocates (egad.optimize called from several threads). ~50 ms.
     gc.collect()
-    _CACHE[key] = result
+    _CACHE[(*key, checked)] = result
     return result
 
 
@@ -203,6 +206,18 @@ def _optimize(program, families, names, target, limits, check_args, memory_limit
     result.program = optimized
     result.critical_path = critical_paths(optimized, target)
     return result
+
+
+def _for_program(cached: Optimization, program: Program) -> Optimization:
+    """A cached optimization as the answer for `program`: the same computation, but
+    `program`'s arguments and results (fingerprints leave out pytree structures, static
+    argument values and names, which a program traced from the same lines may change)."""
+    if cached.program is cached.original:
+        optimized = program
+    else:
+        optimized = dataclasses.replace(cached.program, signature=program.signature, out_tree=program.out_tree,
+                                        name=program.name, loc=program.loc, retrace=program.retrace)
+    return dataclasses.replace(cached, original=program, program=optimized, cached=True)
 
 
 def _within_memory(result, encoding, snapshot, origins, model, memory_limit: int, fastest):

@@ -231,7 +231,44 @@ def test_optimizer_results_are_cached_by_program():
 
     first = optimize_program(gradient(), rules.default(), check_args=args)
     again = optimize_program(gradient(), rules.default())
-    assert not first.cached and again.cached and again.program is first.program
+    assert not first.cached and again.cached and again.program.region is first.program.region
+
+
+def test_a_result_not_checked_is_not_lent_to_a_call_that_asks_for_the_check():
+    args = gated_args(T=7)
+    gradient = egad.value_and_grad(egad.trace(gated_rnn, *args), wrt=(0,))
+    unsound = [*rules.default(), UNSOUND]
+    unchecked = optimize_program(gradient, unsound)
+    assert unchecked.fallback is None and not unchecked.cached
+    checked = optimize_program(gradient, unsound, check_args=args)
+    assert not checked.cached and "results differ" in checked.fallback
+    assert optimize_program(gradient, unsound).cached  # the checked result answers a call without the check
+
+
+def test_a_cached_result_keeps_each_programs_own_arguments_and_results():
+    """Fingerprints leave out pytree structures and static argument values: two programs
+    traced from the same lines that differ only there share the optimization, but each
+    is called and returns with its own structure."""
+    x, y = np.arange(4.0), np.ones(4)
+
+    def traced(k1, k2, tag):
+        def loss(d, tag):
+            h = egad.fori_loop(0, 3, lambda t, h: enp.tanh(h * d[k1] + d[k2]), d[k2])
+            return enp.sum(h * h), {tag: h}
+
+        return egad.trace(loss, {k1: x, k2: y}, tag, static_argnums=(1,))
+
+    for k1, k2, tag in [("a", "b", "u"), ("p", "q", "v")]:
+        program = traced(k1, k2, tag)
+        f = egad.optimize(program, wrt=(0,), has_aux=True, check=False)
+        (value, aux), (grad,) = f({k1: x, k2: y}, tag)
+        (want_value, want_aux), (want_grad,) = egad.interpret(
+            egad.value_and_grad(program, wrt=(0,), has_aux=True), {k1: x, k2: y}, tag)
+        assert list(aux) == [tag] and sorted(grad) == [k1, k2]
+        np.testing.assert_allclose(aux[tag], want_aux[tag], rtol=1e-12)
+        for k in (k1, k2):
+            np.testing.assert_allclose(grad[k], want_grad[k], rtol=1e-12)
+    assert f.optimizations[0].cached
 
 
 def test_a_cached_result_is_not_lent_to_the_same_program_traced_from_other_lines():
