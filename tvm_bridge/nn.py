@@ -59,5 +59,33 @@ def _logsumexp(bb, args, attrs, binding):
 
 @lowers("top_k")
 def _top_k(bb, args, attrs, binding):
-    pair = bb.emit(R.topk(args[0], k=attrs["k"], axis=-1, ret_type="both", largest=True, dtype="int64"))
-    return relax.TupleGetItem(pair, 0), relax.TupleGetItem(pair, 1)
+    x, k = args[0], attrs["k"]
+    if binding.inputs[0].type.dtype not in _ORDER_KEY_DTYPES:
+        pair = bb.emit(R.topk(x, k=k, axis=-1, ret_type="both", largest=True, dtype="int64"))
+        return relax.TupleGetItem(pair, 0), relax.TupleGetItem(pair, 1)
+    # TVM's topk compares with `>`, which a NaN breaks (values out of order, the largest
+    # dropped): it sorts integer keys in the floats' total order instead, NaN above +inf
+    # (as jax, torch and numpy's sort), -0.0 equal to 0.0 (ties keep the lower index)
+    key = bb.emit_te(_order_key, x, primfunc_name_hint="top_k_key")
+    indices = bb.emit(R.topk(key, k=k, axis=-1, ret_type="indices", largest=True, dtype="int64"))
+    return R.gather_elements(x, indices, axis=-1), indices
+
+
+_ORDER_KEY_DTYPES = {"float32": "int32", "float64": "int64"}
+
+
+def _order_key(x):
+    """An integer per float, ordered as the floats are, with every NaN above +inf: the
+    bits of a non-negative float order as it does, a negative one's with its magnitude
+    bits flipped."""
+    bits = _ORDER_KEY_DTYPES[str(x.dtype)]
+    flip = tirx.const((1 << (int(bits[3:]) - 1)) - 1, bits)
+
+    def key(*i):
+        v = x(*i)
+        canonical = tirx.Select(tirx.isnan(v), tirx.const(float("nan"), x.dtype),
+                                tirx.Select(v == tirx.const(0, x.dtype), tirx.const(0, x.dtype), v))
+        b = tirx.reinterpret(bits, canonical)
+        return tirx.Select(b >= tirx.const(0, bits), b, tirx.bitwise_xor(b, flip))
+
+    return te.compute(x.shape, key, name="order_key")

@@ -43,6 +43,10 @@ class AdjointMath:
     def __getattr__(self, name):
         return getattr(numpy_api, name)
 
+    def size_of(self, x, axis: int):
+        """x's size along `axis`: an int, or a traced scalar where the dim is symbolic."""
+        return numpy_api.dim_size(x, axis)
+
     def one_hot(self, index, depth, dtype):
         from .. import nn
 

@@ -753,8 +753,13 @@ def _top_k_rule(types, attrs):
 
 def _top_k(inputs, attrs):
     x, k = inputs[0], attrs["k"]
-    # Stable sort of the negated values: ties keep the lower index first (as jax.lax.top_k).
-    order = np.argsort(-x if x.dtype.kind != "u" else ~x, axis=-1, kind="stable")[..., :k]
+    # A stable sort, largest first: ties keep the lower index first (as jax.lax.top_k), and
+    # NaN ranks above +inf (as jax, torch and numpy's sort). ~x reverses integers without
+    # overflow (-x does not: -INT_MIN); a float's key is -x after the NaNs.
+    if x.dtype.kind == "f":
+        order = np.lexsort((-x, ~np.isnan(x)), axis=-1)[..., :k]  # lexsort is stable
+    else:
+        order = np.argsort(~x, axis=-1, kind="stable")[..., :k]
     return np.take_along_axis(x, order, axis=-1), order.astype("int64")
 
 
@@ -768,7 +773,7 @@ def _top_k_vjp(ad, ins, outs, cts, attrs):
     x, g = ins[0], cts[0]
     if g is None:
         return [None]
-    picked = ad.one_hot(outs[1], x.type.shape[-1], dtype=x.dtype)  # (..., k, n)
+    picked = ad.one_hot(outs[1], ad.size_of(x, x.type.ndim - 1), dtype=x.dtype)  # (..., k, n)
     return [ad.sum(ad.expand_dims(g, -1) * picked, axis=-2)]
 
 
