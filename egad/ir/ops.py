@@ -97,6 +97,13 @@ def _unary_rule(kinds: str, name: str) -> ShapeRule:
     return rule
 
 
+def _sigmoid(x):
+    # e^x / (1 + e^x) below 0 keeps the relative accuracy of small results, which
+    # 0.5 * tanh(0.5 x) + 0.5 rounds away (to 0 below x = -37; sigmoid(-40) is 4.2e-18)
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
+
+
 def _unary(name: str, fn, kinds: str, doc: str, symbol: str | None = None):
     pretty = (lambda a, _: f"{symbol}{a[0]}") if symbol else None
     define(OpDef(name, doc, "elementwise", _one(fn), _unary_rule(kinds, name), 1, pretty,
@@ -115,7 +122,7 @@ _unary("sin", np.sin, "float", "sine")
 _unary("cos", np.cos, "float", "cosine")
 _unary("sqrt", np.sqrt, "float", "square root")
 _unary("floor", np.floor, "float", "round down")
-_unary("sigmoid", lambda x: 0.5 * np.tanh(0.5 * x) + 0.5, "float", "1 / (1 + e^-x), computed stably via tanh")
+_unary("sigmoid", lambda x: _sigmoid(x), "float", "1 / (1 + e^-x)")
 _unary("logical_not", np.logical_not, "bool", "not x", symbol="!")
 
 

@@ -193,3 +193,15 @@ def test_the_edge_case_lowerings_build_for_cuda():
 
     compiled = build(egad.trace(fn, f, i, c), target="cuda", cache=BuildCache(None))
     assert "__global__" in compiled.source["cuda"]
+
+
+def test_sigmoid_far_below_zero_keeps_its_relative_accuracy():
+    """The interpreter computed 0.5 tanh(x/2) + 0.5, which rounds sigmoid(-40) = 4.2e-18 to 0
+    (log of it: -inf instead of -40); compiled float64 code was right."""
+    import egad.nn as enn
+
+    x = np.array([-200.0, -40.0, -30.0, -1.0, 0.0, 3.0, 40.0])
+    exact = np.array([float(1 / (1 + np.exp(np.longdouble(-v)))) for v in x])
+    got, want = compiled_and_interpreted(lambda a: enp.log(enn.sigmoid(a)), x)
+    for result in (got[0], want[0]):
+        np.testing.assert_allclose(result, np.log(exact), rtol=1e-14)
