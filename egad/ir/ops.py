@@ -694,19 +694,21 @@ def _float_same_rule(name: str) -> ShapeRule:
     return rule
 
 
+# The maximum of nothing is -inf here (numpy raises): softmax over an empty axis is
+# empty and logsumexp of nothing is -inf, as in jax and in compiled code.
 def _softmax(x, axis):
-    shifted = x - np.max(x, axis=axis, keepdims=True)
+    shifted = x - np.max(x, axis=axis, keepdims=True, initial=-np.inf)
     e = np.exp(shifted)
     return e / np.sum(e, axis=axis, keepdims=True)
 
 
 def _log_softmax(x, axis):
-    shifted = x - np.max(x, axis=axis, keepdims=True)
+    shifted = x - np.max(x, axis=axis, keepdims=True, initial=-np.inf)
     return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
 
 
 def _logsumexp(x, axes, keepdims):
-    peak = np.max(x, axis=axes, keepdims=True)
+    peak = np.max(x, axis=axes, keepdims=True, initial=-np.inf)
     peak = np.where(np.isfinite(peak), peak, 0).astype(x.dtype)
     out = np.log(np.sum(np.exp(x - peak), axis=axes, keepdims=True)) + peak
     return out if keepdims else np.squeeze(out, axis=axes)

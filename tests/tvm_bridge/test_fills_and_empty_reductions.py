@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import egad
+import egad.nn as enn
 import egad.numpy as enp
 from egad.tvm_bridge import build
 from egad.tvm_bridge.cache import BuildCache
@@ -100,3 +101,22 @@ def test_an_index_whose_result_is_empty_is_still_checked():
     assert compiled(np.zeros((5, 0), np.float32), np.int64(4)).shape == (0,)
     with pytest.raises(egad.IndexOutOfRangeError):
         compiled(np.zeros((5, 0), np.float32), np.int64(7))
+
+
+NN_OVER_NOTHING = {"softmax": lambda x: enn.softmax(x, axis=-1), "log_softmax": lambda x: enn.log_softmax(x, axis=-1),
+                   "logsumexp": lambda x: enn.logsumexp(x, axis=-1)}
+
+
+@pytest.mark.parametrize("name", NN_OVER_NOTHING)
+def test_softmax_and_logsumexp_over_nothing_are_empty_and_minus_inf_as_in_jax(name):
+    """The interpreter raised numpy's "zero-size array to reduction operation maximum"
+    where compiled code (static or symbolic) gave jax's answers."""
+    fn = NN_OVER_NOTHING[name]
+    x = np.zeros((3, 0))
+    expected = np.full(3, -np.inf) if name == "logsumexp" else x
+    with np.errstate(divide="ignore"):
+        interpreted = egad.interpret(egad.trace(fn, x), x)
+    static = build(egad.trace(fn, x), cache=BuildCache(None))(x)
+    symbolic = build(egad.trace(fn, egad.Spec((3, "M"), "float64")), cache=BuildCache(None))(x)
+    for result in (interpreted, static, symbolic):
+        np.testing.assert_array_equal(result, expected)
