@@ -23,8 +23,9 @@ def sigmoid(x):
 
 
 def relu(x):
-    """max(x, 0)."""
-    return enp.maximum(x, 0)
+    """max(x, 0), with gradient 0 at 0 (as jax.nn.relu and torch; `maximum` splits a
+    tie's gradient, 0.5 each); NaN stays NaN."""
+    return enp.where(enp.less_equal(x, 0), 0, x)
 
 
 def _axis(x, axis: int) -> int:

@@ -1458,6 +1458,17 @@ def test_nn_relu_on_integers(x):
     nn_check(lambda nn, x: nn.relu(x), x)
 
 
+def test_nn_relu_gradient_at_zero_is_zero_and_nan_stays_nan():
+    """As jax.nn.relu's and torch's (`maximum`'s tie rule gave 0.5 at 0)."""
+    x = np.array([-np.inf, -1.0, -0.0, 0.0, 2.0, np.inf])
+    program = egad.trace(lambda a: enp.sum(enn.relu(a) * 3.0), x)
+    expected = np.array([0.0, 0.0, 0.0, 0.0, 3.0, 3.0])
+    np.testing.assert_array_equal(egad.interpret(egad.grad(program), x)[0], expected)
+    np.testing.assert_array_equal(egad.optimize(program, rules=())(x)[1][0], expected)
+    y = np.array([np.nan, -np.inf, 1.0])
+    np.testing.assert_array_equal(egad.interpret(egad.trace(enn.relu, y), y), [np.nan, 0.0, 1.0])
+
+
 @pytest.mark.parametrize("op", ["softmax", "log_softmax", "logsumexp"])
 @SETTINGS
 @given(x=array(st.sampled_from(FLOATS), NONSCALAR_SHAPES, lambda d: elements(d, -5, 5)), data=st.data())
