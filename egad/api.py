@@ -271,9 +271,10 @@ def _within_budget(optimization, original: Program, plan):
     if extra <= 0 or plan.planned_bytes + extra <= plan.budget:
         return optimization
     return dataclasses.replace(optimization, program=original, fallback=(
-        f"the optimized program holds up to {extra / 2**20:.1f} MiB more than the original (values batched or "
-        f"stacked over the steps), which with {plan.planned_bytes / 2**20:.1f} MiB of tapes exceeds memory_budget "
-        f"({plan.budget / 2**20:.1f} MiB); the original (checkpointed) program is built"))
+        f"the optimized program holds up to {checkpoint.readable_bytes(extra)} more than the original (values "
+        f"batched or stacked over the steps), which with {checkpoint.readable_bytes(plan.planned_bytes)} of tapes "
+        f"exceeds memory_budget ({checkpoint.readable_bytes(plan.budget)}); the original (checkpointed) program "
+        "is built"))
 
 
 def _egraph_policies(optimization, store_all: Program, plan, families, target, check_args, sizes):
@@ -301,8 +302,8 @@ def _egraph_policies(optimization, store_all: Program, plan, families, target, c
         chosen = optimization
     else:
         theirs, ours = candidate.predicted_after.total, planned.total
-        verdict = (f"the e-graph's own checkpointing of the store-all gradient ({held / 2**20:.2f} MiB kept) is "
-                   f"predicted {theirs * 1e6:.1f} us against {ours * 1e6:.1f} us for the plan's program: "
+        verdict = (f"the e-graph's own checkpointing of the store-all gradient ({checkpoint.readable_bytes(held)} "
+                   f"kept) is predicted {theirs * 1e6:.1f} us against {ours * 1e6:.1f} us for the plan's program: "
                    + ("it is built" if theirs < ours else "the plan's is built"))
         chosen = candidate if theirs < ours else optimization
     # results may be cached (optimizer.optimize_program): changed on a copy
@@ -500,8 +501,9 @@ def optimize(program: Program, wrt=(0,), target="llvm", memory_budget: int | Non
     from .tvm_bridge.targets import resolve
 
     resolve(target)  # unknown targets and missing codegens fail here, not at the first call
-    if memory_budget is not None and (not isinstance(memory_budget, (int, np.integer)) or memory_budget <= 0):
-        raise ArgumentError(message(f"memory_budget={memory_budget!r} is not a positive number of bytes",
+    if memory_budget is not None and (not isinstance(memory_budget, (int, np.integer)) or isinstance(memory_budget, bool)
+                                      or memory_budget <= 0):
+        raise ArgumentError(message(f"memory_budget={memory_budget!r} is not a positive whole number of bytes",
                                     instead="pass e.g. memory_budget=64 * 2**20, or None for store-all"))
     from .ad.api import differentiated_params
     from .interp import check_arguments

@@ -227,7 +227,7 @@ def _within_memory(result, encoding, snapshot, origins, model, memory_limit: int
     original fits the limit, one predicted slower than the original is not taken: the
     original is the better program. `result.memory` says what was done, and
     `predicted_after`/`chosen` describe the extraction taken."""
-    from .ad.checkpoint import kept_bytes
+    from .ad.checkpoint import kept_bytes, readable_bytes
     from .egraph import decode
     from .extract import extract, predicted_cost
 
@@ -255,31 +255,26 @@ def _within_memory(result, encoding, snapshot, origins, model, memory_limit: int
             middle = priced((tried[-2][3] * fits[3]) ** 0.5)
             fits = middle if middle[2] <= memory_limit else fits
     original_held = kept_bytes(result.original)
+    over = f"the fastest extraction holds {readable_bytes(held)}, above the {readable_bytes(memory_limit)} allowed"
     outcome = "that fits"
     if fits is None:
         fits = next((option for option in tried if option[2] <= original_held), None)
         if fits is None or fits[0] is fastest[0]:
-            result.memory = (f"the fastest extraction holds {_mib(held)}, above the {_mib(memory_limit)} allowed, "
-                             f"and the one holding least {_mib(min(option[2] for option in tried))}")
+            result.memory = f"{over}, and the one holding least {readable_bytes(min(option[2] for option in tried))}"
             return fastest
         outcome = "that holds no more than the program as written (none fits)"
     program, extraction, kept, price = fits
     predicted = predicted_cost(encoding, snapshot, extraction, model)
     if original_held <= memory_limit and predicted.total > result.predicted_before.total:
-        result.memory = (f"the fastest extraction holds {_mib(held)}, above the {_mib(memory_limit)} allowed, "
-                         f"and the first that fits ({_mib(kept)}) is predicted slower than the program as written")
+        result.memory = (f"{over}, and the first that fits ({readable_bytes(kept)}) is predicted slower than the "
+                         "program as written")
         return fastest
-    result.memory = (f"the fastest extraction holds {_mib(held)}, above the {_mib(memory_limit)} allowed: "
-                     f"extracted again with bytes held priced at {price:.3g} s a byte, the least price found "
-                     f"{outcome}: {_mib(kept)}")
+    result.memory = (f"{over}: extracted again with bytes held priced at {price:.3g} s a byte, the least price "
+                     f"found {outcome}: {readable_bytes(kept)}")
     result.predicted_after = predicted
     result.chosen = Counter(origins[node].site.name for node in extraction.choice.values()
                             if node in origins and origins[node].site.name != "input")
     return program, extraction
-
-
-def _mib(n: float) -> str:
-    return f"{n / 2**20:.2f} MiB"
 
 
 def _same_results(optimized: Program, original: Program, args) -> str | None:

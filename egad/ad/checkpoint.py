@@ -153,7 +153,7 @@ class LoopPolicy:
             need = ("example inputs to count its trips on" if self.kind == "while"
                     else "a static trip count")
             return (f"{self.kind} loop at {self.where} (trip count known only at run time): store-all, "
-                    f"{_mb(self.residual_bytes)} of tapes per trip (segmenting needs {need})")
+                    f"{readable_bytes(self.residual_bytes)} of tapes per trip (segmenting needs {need})")
         policy = "store-all" if self.every is None else f"every-{self.every} checkpoints"
         if self.online:
             policy = (f"online checkpoints: segments of {self.every} trips, doubling whenever the checkpoints "
@@ -168,8 +168,8 @@ class LoopPolicy:
                                                           for n, level in enumerate(self.cuts[1:]))
                       + f" ({self.recomputations} extra forward pass{'es' if self.recomputations > 1 else ''})")
         trips = f"{self.trips} trips" if self.kind == "for" else f"{self.trips} trips on the example inputs"
-        line = (f"{self.kind} loop at {self.where} ({trips}): {policy}, {_mb(self.bytes)} of tapes "
-                f"(store-all {_mb(self.trips * self.residual_bytes)})")
+        line = (f"{self.kind} loop at {self.where} ({trips}): {policy}, {readable_bytes(self.bytes)} of tapes "
+                f"(store-all {readable_bytes(self.trips * self.residual_bytes)})")
         if self.online:
             line += "; a run of more trips lengthens its segments too (tapes grow as sqrt(trips), not trips)"
         elif self.kind == "while" and self.every is not None:
@@ -210,8 +210,9 @@ class CheckpointPlan:
         return program
 
     def lines(self) -> list[str]:
-        head = (f"memory budget {_mb(self.budget)} for tapes; store-all needs {_mb(self.store_all_bytes)}, "
-                f"this plan {_mb(self.planned_bytes)}" if self.budget is not None
+        head = (f"memory budget {readable_bytes(self.budget)} for tapes; store-all needs "
+                f"{readable_bytes(self.store_all_bytes)}, this plan {readable_bytes(self.planned_bytes)}"
+                if self.budget is not None
                 else "store-all (every taped residual kept; pass memory_budget= to checkpoint loops)")
         return [head, *(str(p) for p in self.policies if p.residual_bytes), *([self.note] if self.note else [])]
 
@@ -525,7 +526,7 @@ def plan(program: Program, wrt=(0,), memory_budget: int | None = None, has_aux: 
     if chosen is None:  # nothing fits: each loop's least memory
         chosen = [min(loop_options, key=lambda o: (o.policy.bytes, o.key)) for loop_options in options]
         note = (f"the budget is below what checkpointing these loops reaches "
-                f"({_mb(sum(o.policy.bytes for o in chosen))}): the least-memory plan is used")
+                f"({readable_bytes(sum(o.policy.bytes for o in chosen))}): the least-memory plan is used")
     return CheckpointPlan(memory_budget, tuple(o.policy for o in chosen), note, store_all=gradient)
 
 
@@ -693,16 +694,25 @@ def _residual_bytes(program: Program, gradient: Program) -> list[int]:
     return out
 
 
+def _trip_estimate(loop) -> int:
+    """A loop's trips as far as the program says: a `for` loop's static count, else
+    its `trip_guess` (a `while` loop's trips on the example inputs,
+    egad/trip_counts.py), else 1."""
+    trips = _trips(loop) if loop.op == "for" else None
+    return trips if trips is not None else loop.attrs.get("trip_guess") or 1
+
+
 def _pushed_bytes(region: Region) -> int:
     """Bytes pushed onto tapes by one run of `region`, nested loops counted by their
-    static trip counts (symbolic ones as 1)."""
+    estimated trips (`_trip_estimate`)."""
     total = 0
     for b in region.bindings:
         if b.op == "tape_push":
             total += _nbytes(b.inputs[1].type)
-        elif b.op in ("for", "while", "if", "switch"):
-            trips = _trips(b) if b.op == "for" else 1
-            total += (trips or 1) * max((_pushed_bytes(r) for r in b.regions), default=0)
+        elif b.op in ("for", "while"):
+            total += _trip_estimate(b) * _pushed_bytes(b.regions[-1])  # the body: a while's comes after its cond
+        elif b.op in ("if", "switch"):
+            total += max((_pushed_bytes(r) for r in b.regions), default=0)
     return total
 
 
@@ -714,15 +724,16 @@ def _nbytes(t) -> int:
 
 
 def taped_bytes(program: Program) -> int:
-    """Bytes the `for` loops push on tapes, from their static trip counts: each loop's
-    pushes per trip times its trips (a nested loop counted once, as `held_bytes` counts
-    its stacked outputs). The other half of what a program holds: rules/checkpoint.py
-    turns tapes into stacked outputs of the same size, which `held_bytes` counts."""
+    """Bytes the loops push on tapes: each loop's pushes per trip times its estimated
+    trips (`_trip_estimate`: a `while` loop's as observed on the example inputs; a
+    nested loop counted once, as `held_bytes` counts its stacked outputs). The other
+    half of what a program holds: rules/checkpoint.py turns tapes into stacked outputs
+    of the same size, which `held_bytes` counts."""
     total = 0
     for loop in walk_bindings(program.region):
-        trips = _trips(loop) if loop.op == "for" else None
-        if trips is not None:
-            total += trips * sum(_nbytes(b.inputs[1].type) for b in loop.regions[0].bindings if b.op == "tape_push")
+        if loop.op in ("for", "while"):
+            pushed = sum(_nbytes(b.inputs[1].type) for b in loop.regions[-1].bindings if b.op == "tape_push")
+            total += _trip_estimate(loop) * pushed
     return total
 
 
@@ -741,13 +752,13 @@ def _nbytes_all(vars_) -> int:
     return sum(_nbytes(v.type) for v in vars_)
 
 
-def _mb(n) -> str:
-    """Bytes for people: 512 B, 3.0 KiB, 40.0 MiB."""
+def readable_bytes(n) -> str:
+    """Bytes for people: 512 B, 3.04 KiB, 40.0 MiB (three digits)."""
     if n is None:
         return "-"
     for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if n >= size:
-            return f"{n / size:.1f} {unit}"
+            return f"{n / size:#.3g} {unit}"
     return f"{n} B"
 
 

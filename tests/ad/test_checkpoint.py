@@ -337,8 +337,9 @@ def test_optimize_with_a_memory_budget_builds_the_checkpointed_gradient():
     assert "checkpointing: memory budget 256 B" in report and "checkpoints" in report
     # below one level's reach: two levels of cuts, compiled as nested loops
     assert "2 extra forward passes" in report or "3 extra forward passes" in report
-    with pytest.raises(ArgumentError, match="memory_budget"):
-        egad.optimize(program, memory_budget=-1)
+    for wrong in (-1, 0, True, 1000.0, "1MB"):  # True was taken as 1 byte
+        with pytest.raises(ArgumentError, match="memory_budget.*positive whole number of bytes"):
+            egad.optimize(program, memory_budget=wrong)
 
 
 # --- random programs: every eligible loop, every k ------------------------------------------
