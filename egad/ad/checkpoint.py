@@ -214,6 +214,9 @@ class CheckpointPlan:
                 f"{readable_bytes(self.store_all_bytes)}, this plan {readable_bytes(self.planned_bytes)}"
                 if self.budget is not None
                 else "store-all (every taped residual kept; pass memory_budget= to checkpoint loops)")
+        if self.budget is not None and any(p.trips is None and p.residual_bytes for p in self.policies):
+            head += (", a loop of trips known only at run time counted as one trip (its tapes grow with its "
+                     "trips, whatever the budget)")
         return [head, *(str(p) for p in self.policies if p.residual_bytes), *([self.note] if self.note else [])]
 
 

@@ -512,3 +512,14 @@ def test_with_several_loops_the_plan_recomputes_where_it_costs_least():
     np.testing.assert_allclose(got_value, want_value, rtol=1e-12)
     for got, want in zip(got_grads, want_grads):
         np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+
+
+def test_a_plan_says_when_a_loops_trips_are_known_only_at_run_time():
+    """Its head counted such a loop as one trip and said nothing of it ("store-all needs 64 B")."""
+    def loss(W, xs):
+        return enp.sum(egad.fori_loop(0, xs.shape[0], lambda t, h: enp.tanh(xs[t] @ W + h), enp.zeros((2, 4))) ** 2)
+
+    W = np.eye(4)
+    program = egad.trace(loss, W, egad.Spec(("T", 2, 4), "float64"))
+    head = checkpoint.plan(program, (0,), memory_budget=100).lines()[0]
+    assert "known only at run time counted as one trip" in head
