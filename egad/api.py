@@ -29,8 +29,9 @@ from .source import raised_at
 
 class Optimized:
     """A compiled program: call it with the program's positional arguments (numpy
-    arrays, anything `np.asarray` takes, or DLPack arrays); it returns numpy values —
-    `(value, grads)` when built with `wrt`, the value alone with `wrt=None`."""
+    arrays, scalars, or DLPack arrays; a list or tuple is a pytree of arguments, as in
+    JAX, not an array); it returns numpy values — `(value, grads)` when built with
+    `wrt`, the value alone with `wrt=None`."""
 
     def __init__(self, program: Program, wrt, target, has_aux: bool, families: tuple, example_args=None,
                  check: bool = True, memory_budget: int | None = None):
