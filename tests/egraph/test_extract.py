@@ -375,4 +375,5 @@ def test_the_shared_fused_input_projection_is_batched_out_of_the_loop():
     in_loop = [b for b in walk_bindings(loop.regions[0]) if b.op == "matmul"]
     assert [b.outputs[0].type.shape for b in top] == [(T, B, 4 * H)]  # one batched matmul for all four gates
     assert [b.outputs[0].type.shape for b in in_loop] == [(B, 4 * H)]  # h @ [Ui Uf Ug Uo]
-    _assert_same_results(egad.interpret(optimized.program, *args), egad.interpret(program, *args), "gated cell")
+    # float32 products of fused weights round differently from the four separate ones (BLAS blocks them otherwise)
+    np.testing.assert_allclose(egad.interpret(optimized.program, *args), egad.interpret(program, *args), rtol=1e-5)
