@@ -40,7 +40,8 @@ c1).., rn, cn)` itself: the adjoint of reading rows `b[0]` .. `b[3]` of one bias
 (an LSTM's gates), with `scatter-into-sum`. A scatter is linear in its values, so all
 steps' scatters are the same chain of the values' sums, into acc0 after the loop; a
 row that is not a constant (an argument) could be out of range where a loop that runs
-no trip never scatters, so it stays. Nothing the new loop
+no trip never scatters, so it stays; so does a contraction with an invariant factor that
+may raise (`X[j] @ dz_t`), unless the loop surely runs. Nothing the new loop
 computes (the other state, the ys, the stacked operands) may read a batched
 accumulator: an accumulator read elsewhere stays in the loop, and the others are
 checked again. The body holds no control node and no
@@ -61,6 +62,7 @@ from egad.egraph.analysis import invariant_in, rank_of
 from egad.egraph.attrs import NO_ATTRS, attrs_node
 from egad.egraph.enode import ClassId, ENode
 from egad.egraph.language import Term, op
+from egad.egraph.placement import may_raise, surely_runs
 from egad.errors import EgadError
 from egad.ir import ops
 from egad.ir.types import TensorType
@@ -189,12 +191,22 @@ def _batch(view, loop: ENode, gets: dict[int, ClassId]) -> bool:
     plans = {k: (plan, first) for k, (plan, first) in plans.items()
              if all(len(part.leaves) > 1 or all(leaf in stacked_for_products for leaf, _ in part.leaves)
                     for part in _contractions(plan))}
+    # after the loop, the contraction computes its invariant leaves even where the loop
+    # runs no trip: one that may raise (`X[j]`) stays in a loop that may not run
+    may_not_run = not surely_runs(lo, hi, lambda cid: snapshot.nodes.get(cid, ()))
+
+    def raises(plan) -> bool:
+        return may_not_run and any(leaf in invariant and may_raise(snapshot, leaf)
+                                   for part in _contractions(plan) for leaf, _ in part.leaves)
+
+    plans = {k: entry for k, entry in plans.items() if not raises(entry[0])}
     # the new loop computes everything but the batched accumulators and outputs (a batched
     # output reads only the stacked leaves): none of it may read a batched accumulator
     ys = list(results[n_state:])
     while plans:
         kept = [k for k in range(n_state) if k not in plans]
-        ys_plans = _stacked_output_plans(view, ys, set(_stacked(plans, invariant)), invariant)
+        ys_plans = {j: plan for j, plan in _stacked_output_plans(view, ys, set(_stacked(plans, invariant)),
+                                                                 invariant).items() if not raises(plan)}
         kept_ys = [j for j in range(len(ys)) if j not in ys_plans]
         starts = [results[k] for k in kept] + [ys[j] for j in kept_ys] + _stacked(plans, invariant)
         walked = loop_body(view, region, starts, invariant)

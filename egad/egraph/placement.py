@@ -172,23 +172,53 @@ def _free_args(choice, order) -> dict[ClassId, frozenset[int]]:
 
 
 def _fallible(choice, order) -> set[ClassId]:
-    """The ops whose computation may raise: a FALLIBLE_OPS op, or an op reading one
-    (hoisting the reader would take the op out with it). A whole inner loop or branch
-    is hoisted still (a checkpointed gradient re-runs a segment once, not once per
-    trip of the adjoint loop beside it): the ops inside it read at its own counter."""
+    """The classes whose computation may raise: a FALLIBLE_OPS op, anything reading one
+    (hoisting the reader would take the op out with it), and a branch or loop whose
+    regions compute one (hoisted whole out of a loop that runs no trip, it would read
+    `xs[j]` that the program never reads)."""
     fallible: set[ClassId] = set()
-    for cid in order:  # what a class reads before the class
+    for cid in order:  # what a class reads before the class (a region's results before its node)
         node = choice[cid]
-        if node.head.startswith("Op") and (node.args[0] in FALLIBLE_OPS
-                                           or any(c in fallible for c in local_inputs(node))):
+        if node.head.startswith("Op") and node.args[0] in FALLIBLE_OPS \
+                or any(c in fallible for c in local_inputs(node)) \
+                or any(c in fallible for _, results in region_results(node) for c in results):
             fallible.add(cid)
     return fallible
 
 
 def _runs_once_at_least(choice, loop: ENode) -> bool:
-    """A for loop whose bounds are constants lo < hi."""
-    lo, hi = (choice[c] for c in loop.args[1:3])
-    return lo.head == hi.head == "Scalar" and int(lo.args[1]) < int(hi.args[1])
+    return surely_runs(loop.args[1], loop.args[2], lambda cid: (choice[cid],))
+
+
+def surely_runs(lo: ClassId, hi: ClassId, nodes_of) -> bool:
+    """Whether a for loop over [lo, hi) runs a trip at least, as its bounds show:
+    constants lo < hi, or hi = lo + c for a constant c >= 1 (a segment of a
+    checkpointed loop: [k*s, k*s + s)). `nodes_of(class)`: the nodes to look at (an
+    extraction's choice, or all of a class's nodes in a snapshot: each is the class)."""
+    for hi_node in nodes_of(hi):
+        if hi_node.head == "Scalar" and any(n.head == "Scalar" and int(n.args[1]) < int(hi_node.args[1])
+                                            for n in nodes_of(lo)):
+            return True
+        if hi_node.head == "Op2" and hi_node.args[0] == "add" and lo in hi_node.args[2:]:
+            step = hi_node.args[3] if hi_node.args[2] == lo else hi_node.args[2]
+            if any(n.head == "Scalar" and int(n.args[1]) >= 1 for n in nodes_of(step)):
+                return True
+    return False
+
+
+def may_raise(snapshot, cid: ClassId) -> bool:
+    """Whether some node of the class, or of a class below it, is a FALLIBLE_OPS op (for
+    a rule that would compute the class where the program as written may not)."""
+    seen, stack = {cid}, [cid]
+    while stack:
+        for node in snapshot.nodes.get(stack.pop(), ()):
+            if node.head.startswith("Op") and node.args[0] in FALLIBLE_OPS:
+                return True
+            for child in children(node):
+                if child.sort == "Term" and child not in seen:
+                    seen.add(child)
+                    stack.append(child)
+    return False
 
 
 def _covering_scopes(uses: list[Scope], branch_counts: dict[int, int]) -> list[Scope]:

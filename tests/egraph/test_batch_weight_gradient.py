@@ -399,3 +399,23 @@ def test_an_extraction_never_takes_outputs_from_both_loops():
     program = decode(encoding, snapshot, extraction)
     assert sum(b.op == "for" for b in program.region.bindings) == 2  # forward and one reverse loop
     assert_same_results(egad.interpret(program, *args), egad.interpret(gradient, *args))
+
+
+def invariant_row_factor(X, U, h, j, n):
+    """dU += X[j]^T @ dz_t: the invariant factor X[j] may raise, and a loop of n trips may run none."""
+    return enp.sum(egad.fori_loop(0, n, lambda t, a: enp.tanh(X[j] @ U + a), h))
+
+
+def test_an_invariant_factor_that_may_raise_stays_in_a_loop_that_may_run_no_trip():
+    """After the loop, einsum(X[j], dzs) read X[9] of a 3-row X where the loop, of zero
+    trips, never reads it: the optimized gradient raised where the original returns. Found
+    by fuzzing."""
+    rng = np.random.default_rng(0)
+    args = (rng.standard_normal((3, 2, 4)), rng.standard_normal((4, 4)), rng.standard_normal((2, 4)),
+            np.int64(1), np.int64(3))
+    gradient = egad.value_and_grad(egad.trace(invariant_row_factor, *args), wrt=(0, 1, 2))
+    result = Optimized(gradient, ["batching"])
+    zero_trips = (*args[:3], np.int64(9), np.int64(0))
+    assert_same_results(egad.interpret(result.program, *zero_trips), egad.interpret(gradient, *zero_trips),
+                        "zero trips")
+    assert_same_results(egad.interpret(result.program, *args), egad.interpret(gradient, *args), "three trips")

@@ -182,6 +182,46 @@ def test_a_read_that_may_fail_stays_in_a_loop_that_may_run_zero_times():
     certain = _check_round_trip(egad.trace(g, xs, 1), (xs, 1), "three trips")
     assert "take" in [b.op for b in certain.region.bindings]
 
+@pytest.mark.parametrize("name", ["cond", "switch", "inner loop", "while"])
+def test_a_branch_or_loop_that_may_fail_stays_in_a_loop_that_may_run_zero_times(name):
+    """A whole branch or inner loop reading xs[j] was hoisted out of a loop of zero
+    trips, which never reads it (no rule needed: decoding's placement did it). Found by
+    fuzzing."""
+    xs, h = np.arange(6.0).reshape(3, 2), np.ones(2)
+
+    def with_cond(xs, h, n, j):
+        return enp.sum(egad.fori_loop(0, n, lambda t, a: a + egad.cond(j > 0, lambda: xs[j], lambda: xs[0]), h))
+
+    def with_switch(xs, h, n, j):
+        return enp.sum(egad.fori_loop(0, n, lambda t, a: a + egad.switch(j - 4, [lambda: xs[0], lambda: xs[j]]), h))
+
+    def with_inner_loop(xs, h, n, j):
+        inner = (lambda a: egad.fori_loop(0, 2, lambda k, b: b + xs[k + j], a))
+        return enp.sum(egad.fori_loop(0, n, lambda t, a: a + inner(h), h))
+
+    def in_while(xs, h, n, j):
+        body = (lambda s: (s[0] + 1, s[1] + egad.cond(j > 0, lambda: xs[j], lambda: xs[0])))
+        return enp.sum(egad.while_loop(lambda s: s[0] < n, body, (0, h))[1])
+
+    fn = {"cond": with_cond, "switch": with_switch, "inner loop": with_inner_loop, "while": in_while}[name]
+    decoded = _check_round_trip(egad.trace(fn, xs, h, 2, 1), (xs, h, 2, 1), name)
+    assert egad.interpret(decoded, xs, h, 0, 5) == 2.0  # zero trips: xs[5] is never read
+
+
+def test_a_segment_loop_is_hoisted_beside_its_adjoint_as_it_surely_runs():
+    """A for loop over [lo, lo + c) runs c trips: what it reads may leave it (a
+    checkpointed gradient's segment re-run stays beside its adjoint loop, not in it)."""
+    def f(xs, k, s):
+        return egad.fori_loop(0, 2, lambda i, h: egad.fori_loop(i * s, i * s + 2, lambda j, g: g * 0.5 + xs[k], h),
+                              0.0)
+
+    xs = np.array([0.1, 0.2, 0.3])
+    decoded = _check_round_trip(egad.trace(f, xs, 1, 2), (xs, 1, 2), "segments")
+    (outer,) = [b for b in decoded.region.bindings if b.op == "for"]
+    (inner,) = [b for b in outer.regions[0].bindings if b.op == "for"]
+    assert "take" in [b.op for b in decoded.region.bindings] and "take" not in _ops(inner.regions[0])
+
+
 def test_constants_round_trip_bit_exactly():
     constants = [np.array(-0.0), np.array(np.nan), np.array(0.1, "float32"), np.full((2, 3), -0.0),
                  np.random.default_rng(0).normal(size=(3, 3)), np.array([1, -2, 3]), np.array(True)]
