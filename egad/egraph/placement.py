@@ -23,9 +23,10 @@ and out of loops.
 2. Out of loops: from there, out of every enclosing loop whose `Arg`s it does not
    depend on (the hoist; it stops at a branch). The one speculation kept: a loop
    that runs zero times still computes what was hoisted out of it, unless that can
-   raise (an index out of range, a max of nothing: `FALLIBLE_OPS`, or what reads
-   one), which is hoisted only out of a `for` with constant bounds that runs, or out
-   of a `while`'s condition (it runs once at least).
+   raise (an index out of range, a max of nothing: `FALLIBLE_OPS`, what reads one,
+   or a branch or loop that computes one), which is hoisted only out of a `for` that
+   surely runs (constant bounds lo < hi, or [lo, lo + c): a checkpointed segment), or
+   out of a `while`'s condition (it runs once at least).
 
 Control nodes and tape ops are placed once, at the common ancestor; tape ops are
 never hoisted (they update a stack in place; an allocation moved out of a loop would
