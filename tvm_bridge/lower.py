@@ -16,7 +16,7 @@ from tvm import relax
 from tvm import tirx as tir
 
 from egad.errors import UnsupportedError, message
-from egad.ir import ops
+from egad.ir import ops, shapes
 from egad.ir.index_ranges import IndexPlan, hoisted_checks, index_plan, index_sites, integer_ranges
 from egad.ir.program import Binding, Program, Region
 from egad.ir.types import TapeType, TensorType
@@ -162,9 +162,7 @@ class Lowering:
             index_checks.checked_on_host(self.bb, table, check.size, FunctionScope.sites[id(check.site)])
         n_state = binding.attrs["n_state"]
         (body,) = binding.regions
-        ys = [v.type for v in binding.outputs[n_state:]]
-        # shapes of the stacked outputs' rows, for a loop that runs zero times
-        layout = json.dumps([[list(t.shape[1:]), t.dtype] for t in ys])
+        layout = json.dumps(_row_layout(binding))
         call = relax.Call(relax.ExternFunc("egad.for_loop"),
                           [invoke, self.functions[id(body)], args[0], args[1],
                            relax.prim_value(int(bool(binding.attrs.get("reverse")))), relax.prim_value(n_state),
@@ -257,6 +255,26 @@ def _lower(program: Program, checks_in_kernels: bool):
         FunctionScope.constants, FunctionScope.ranges, FunctionScope.sites, FunctionScope.hoisted = {}, {}, {}, {}
         FunctionScope.hoisted_sites = frozenset()
         FunctionScope.host_check_sites = {}
+
+
+def _row_layout(binding: Binding) -> list:
+    """The shapes of a for loop's stacked outputs' rows, for a loop that runs zero times
+    (egad.for_loop): a static dim as it is; a symbolic one as [k, axis, m], axis `axis` of
+    the driver's k-th value (state, then invariants) less m (`T-m`, a slice's dim); None
+    where no value has it (the driver then says so)."""
+    values = [v.type for v in binding.inputs[2:]]
+
+    def source(dim):
+        if isinstance(dim, int):
+            return dim
+        base, dropped = shapes.shorter_dim(dim) or (dim, 0)
+        for name, less in ((dim, 0), (base, dropped)):
+            for k, t in enumerate(values):
+                if isinstance(t, TensorType) and name in t.shape:
+                    return [k, t.shape.index(name), less]
+        return None
+
+    return [[[source(d) for d in v.type.shape[1:]], v.type.dtype] for v in binding.outputs[binding.attrs["n_state"]:]]
 
 
 def known_constants(region: Region, known: dict | None = None) -> dict:

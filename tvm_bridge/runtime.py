@@ -83,11 +83,22 @@ class _StackedRows:
             for tensor, value in zip(self.tensors, row):
                 tensor._create_view(tuple(value.shape), value.dtype, k * _nbytes(value)).copyfrom(value)
 
-    def result(self, device) -> list:
-        if self.tensors is None:  # zero rows: the shapes come from the layout
-            return [tvm.runtime.tensor(np.zeros([0, *shape], dtype), device)
+    def result(self, device, values) -> list:
+        if self.tensors is None:  # zero rows: the shapes come from the layout (lower.py `_row_layout`)
+            return [tvm.runtime.tensor(np.zeros([0, *(_row_dim(d, values) for d in shape)], dtype), device)
                     for shape, dtype in json.loads(self.layout)]
         return self.tensors
+
+
+def _row_dim(dim, values) -> int:
+    """A stacked row's dim: static, or read off a value the loop was given."""
+    if isinstance(dim, int):
+        return dim
+    if dim is None:
+        raise ValueError("egad loop: a loop that ran no trip stacks rows whose size only its body knows; "
+                         "give the rows a static size or one of the loop's inputs' sizes")
+    k, axis, less = dim
+    return max(int(values[k].shape[axis]) - less, 0)
 
 
 def _items(array) -> list:
@@ -119,7 +130,7 @@ def _for_loop(invoke, body, lo, hi, reverse, n_state, ys_layout, *values):
         if has_ys:
             stacked.put(i - lo, out[n_state:-1])
         counter = out[-1]
-    ys = stacked.result(device) if has_ys else []
+    ys = stacked.result(device, values) if has_ys else []
     return tvm_ffi.convert(_not_arguments(state, values) + ys)
 
 

@@ -71,6 +71,12 @@ def reduced_shape(shape: tuple[Dim, ...], axes: tuple[int, ...], keepdims: bool)
 _SHORTER_DIM = re.compile(r"(?P<base>.+)-(?P<dropped>[0-9]+)")
 
 
+def shorter_dim(dim) -> tuple[str, int] | None:
+    """(T, k) for a slice's derived dim `T-k` (max(T - k, 0) long), else None."""
+    shorter = _SHORTER_DIM.fullmatch(dim) if isinstance(dim, str) else None
+    return (shorter["base"], int(shorter["dropped"])) if shorter else None
+
+
 def ends_dropped(start, stop, step) -> int | None:
     """How many elements `[start:stop:step]` drops from the two ends of an axis of any
     length (`[1:]`, `[:-1]`, `[2:-3]`), or None for another kind of slice."""
@@ -91,9 +97,9 @@ def slice_dim(dim: Dim, start, stop, step) -> Dim:
         return dim
     dropped = ends_dropped(start, stop, step)
     if dropped is not None:
-        shorter = _SHORTER_DIM.fullmatch(dim)
+        shorter = shorter_dim(dim)
         if shorter:  # T-1 sliced again: max(max(T-1, 0) - 1, 0) = max(T-2, 0)
-            dim, dropped = shorter["base"], dropped + int(shorter["dropped"])
+            dim, dropped = shorter[0], dropped + shorter[1]
         return dim if dropped == 0 else f"{dim}-{dropped}"
     text = lambda v: "" if v is None else str(v)  # noqa: E731
     suffix = f":{step}" if step not in (None, 1) else ""

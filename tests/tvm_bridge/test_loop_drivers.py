@@ -55,3 +55,26 @@ def while_carrying_an_invariant_out(x, limit):
 def test_a_while_loop_hands_back_an_invariant_it_carried_out_as_its_own():
     check_against_interpreter(while_carrying_an_invariant_out, (X, np.int64(3)),
                               [(X, np.int64(n)) for n in (0, 1, 3)])
+
+
+def scan_of_symbolic_rows(xs, h0):
+    h, ys = egad.scan(lambda h, x: (h * 0.5 + x, h * x), h0, xs)
+    return enp.sum(h) + enp.sum(ys) + enp.sum(egad.fori_loop(1, xs.shape[0], lambda t, g: g + xs[t][1:], h0[1:]))
+
+
+def test_a_loop_of_no_trip_stacks_rows_of_symbolic_size():
+    """Its empty stacked outputs took their row shapes from names ("B"): a raw TypeError,
+    forward and in every gradient (AD stacks residuals). The sizes are read off the
+    loop's inputs, a slice's `B-1` too. Found by fuzzing."""
+    program = egad.trace(scan_of_symbolic_rows, egad.Spec(("T", "B"), "float64"), egad.Spec(("B",), "float64"))
+    value = build(program, cache=BuildCache(None))
+    gradient = egad.value_and_grad(program, wrt=(0, 1))
+    value_and_grad = build(gradient, cache=BuildCache(None))
+    for T in (0, 1, 3):
+        xs, h0 = np.arange(T * 4.0).reshape(T, 4), np.ones(4)
+        np.testing.assert_allclose(value(xs, h0), egad.interpret(program, xs, h0), rtol=1e-12)
+        got, want = value_and_grad(xs, h0), egad.interpret(gradient, xs, h0)
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
+        for g, w in zip(got[1], want[1]):
+            assert g.shape == w.shape
+            np.testing.assert_allclose(g, w, rtol=1e-12)
