@@ -70,10 +70,10 @@ class Compiled:
                 raise
             raise index_checks.out_of_range_error(self.program, found) from None
         except ValueError as error:
-            site = host_checks.found_failed_check(error)
-            if site is None:
+            failed = host_checks.found_failed_check(error)
+            if failed is None:
                 raise
-            raise host_checks.host_check_error(self.program, site) from None
+            raise host_checks.host_check_error(self.program, *failed) from None
         finally:
             runtime.release_tapes(tapes)
         values = _to_numpy(results, tensors)

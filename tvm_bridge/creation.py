@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 from tvm import relax
 
+from .host_checks import check_shape_fits
 from .registry import lowers
 from .shape import target_shape
 
@@ -27,6 +28,7 @@ def _is_splat(value: np.ndarray) -> bool:
 
 @lowers("full")
 def _full(bb, args, attrs, binding):
+    check_shape_fits(bb, binding, args)
     return filled(target_shape(bb, attrs["shape"], args), attrs["value"], attrs["dtype"])
 
 
@@ -41,6 +43,7 @@ def filled(shape, value, dtype: str):
 
 @lowers("iota")
 def _iota(bb, args, attrs, binding):
+    check_shape_fits(bb, binding, args)
     shape = target_shape(bb, attrs["shape"], args)
     axis = attrs["axis"]
     line = bb.emit(R.arange(0, shape[axis], 1, attrs["dtype"]))

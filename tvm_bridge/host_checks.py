@@ -1,27 +1,33 @@
 """Checks compiled code makes on the host, where numpy (so the interpreter) has no value.
 
 max, min and argmax over an axis of size 0 have none (numpy: "zero-size array to
-reduction operation maximum"), nor an integer to a negative integer power. Where
-the compiled code cannot know statically, a host call checks first
-(`egad.reduction_is_empty`, `egad.exponent_is_negative`), raising ValueError with
-its site; `Compiled.__call__` turns that into the interpreter's ShapeError naming
-the op and the user's line (`host_check_error`). Sites are numbered in
-`host_check_sites` order, the same in every program of one structure.
+reduction operation maximum"), nor an integer to a negative integer power, nor a
+shape with a negative dim or a reshape to another element count (numpy raises; TVM
+made an empty array of the one and read past the end of the other, or trapped on a
+division by 0). Where the compiled code cannot know statically, a host call checks
+first (`egad.reduction_is_empty`, `egad.exponent_is_negative`, `egad.shape_fits`),
+raising ValueError with its site and the interpreter's words; `Compiled.__call__`
+turns that into the interpreter's ShapeError naming the op and the user's line
+(`host_check_error`). Sites are numbered in `host_check_sites` order, the same in
+every program of one structure.
 """
 from __future__ import annotations
 
+import json
+import math
 import re
 
+import numpy as np
 import tvm
 from tvm import relax
 
 from egad.errors import ShapeError, message
+from egad.ir import shapes
 from egad.ir.program import Program, walk_bindings
 from egad.ir.types import INT_DTYPES
 
 from .index_checks import site_of
-from .registry import FunctionScope
-from .shape import axis_size
+from .registry import FunctionScope, axis_size
 
 
 # what numpy (so the interpreter) says of each over nothing
@@ -29,7 +35,8 @@ NO_IDENTITY = {"reduce_max": "zero-size array to reduction operation maximum whi
                "reduce_min": "zero-size array to reduction operation minimum which has no identity",
                "argmax": "attempt to get argmax of an empty sequence"}
 NEGATIVE_EXPONENT = "Integers to negative integer powers are not allowed."  # numpy's words, as the interpreter's
-_FAILED = re.compile(r"egad host check site (\d+): (an axis of size 0|a negative integer exponent)")
+_FAILED = re.compile(r"egad host check site (\d+): ([^\n]*)")
+SIZED_OPS = ("full", "iota", "reshape", "broadcast_to")  # their symbolic dims come from int64 size inputs
 
 
 @tvm.register_global_func("egad.reduction_is_empty", override=True)
@@ -44,22 +51,94 @@ def _exponent_is_negative(site: int, exponent) -> None:
         raise ValueError(f"egad host check site {site}: a negative integer exponent")
 
 
+@tvm.register_global_func("egad.shape_fits", override=True)
+def _shape_fits(site: int, target: str, *sizes) -> None:
+    """`target` (JSON: ints, and None for each symbolic dim, filled from `sizes` in
+    order) has no negative dim."""
+    _filled(site, target, sizes)
+
+
+@tvm.register_global_func("egad.reshape_fits", override=True)
+def _reshape_fits(site: int, target: str, x_shape, *sizes) -> None:
+    """... and holds as many elements as x."""
+    shape, x_shape = _filled(site, target, sizes), tuple(int(d) for d in x_shape.numpy())
+    if math.prod(shape) != math.prod(x_shape):
+        raise ValueError(f"egad host check site {site}: cannot reshape an array of shape {x_shape} to {shape}")
+
+
+def _filled(site: int, target: str, sizes) -> tuple[int, ...]:
+    given = iter(sizes)
+    shape = tuple(int(next(given).numpy()) if d is None else d for d in json.loads(target))
+    if any(d < 0 for d in shape):
+        raise ValueError(f"egad host check site {site}: negative dimensions are not allowed")
+    return shape
+
+
 def host_check_sites(program: Program) -> list:
-    """The reductions without identity (max, min, argmax) and the integer powers of
-    `program` in walk order: the ops whose compiled code checks a value on the host."""
+    """The reductions without identity (max, min, argmax), the integer powers and the ops
+    shaped by sizes that may be negative or not fit (`_shape_may_not_fit`) of `program`,
+    in walk order: the ops whose compiled code checks a value on the host."""
+    producers = {var.uid: binding for binding in walk_bindings(program.region) for var in binding.outputs}
     return [binding for binding in walk_bindings(program.region)
-            if binding.op in NO_IDENTITY or binding.op == "pow" and binding.inputs[0].type.dtype in INT_DTYPES]
+            if binding.op in NO_IDENTITY or binding.op == "pow" and binding.inputs[0].type.dtype in INT_DTYPES
+            or binding.op in SIZED_OPS and _shape_may_not_fit(binding, producers)]
 
 
-def found_failed_check(error: ValueError) -> int | None:
-    """The site when `error` was raised by a host check, else None."""
+def _shape_may_not_fit(binding, producers: dict) -> bool:
+    """A reshape between shapes of other symbols (their element counts may differ), or a
+    size input not known to be >= 0 (`x.shape[0] - 3`; not `x.shape[0]`, a constant or a
+    maximum with 0)."""
+    if binding.op == "reshape" and shapes.symbols_of(binding.attrs["shape"]) != \
+            shapes.symbols_of(binding.inputs[0].type.shape):
+        return True
+    sizes = binding.inputs if binding.op in ("full", "iota") else binding.inputs[1:]
+    return not all(_non_negative(size, producers) for size in sizes)
+
+
+def _non_negative(var, producers: dict, depth: int = 8) -> bool:
+    producer = producers.get(var.uid)
+    if producer is None or depth == 0:
+        return False
+    if producer.op == "dim":
+        return True
+    if producer.op == "const":
+        return bool(np.all(producer.attrs["value"] >= 0))
+    if producer.op == "maximum":
+        return any(_non_negative(v, producers, depth - 1) for v in producer.inputs)
+    if producer.op in ("add", "mul", "minimum", "cast"):
+        return all(_non_negative(v, producers, depth - 1) for v in producer.inputs)
+    return False
+
+
+def check_shape_fits(bb, binding, sizes, x=None) -> None:
+    """The host call `egad.shape_fits` (`egad.reshape_fits` for a reshape of x) before an
+    op of SIZED_OPS, where it is a host check site."""
+    site = FunctionScope.host_check_sites.get(id(binding))
+    if site is None:
+        return
+    target = relax.expr.String(json.dumps([d if isinstance(d, int) else None for d in binding.attrs["shape"]]))
+    if binding.op == "reshape":
+        x_shape = bb.emit(relax.op.shape_to_tensor(relax.op.shape_of(x)))
+        call = relax.Call(relax.ExternFunc("egad.reshape_fits"), [relax.prim_value(site, "int64"), target, x_shape,
+                                                                  *sizes], ty_args=[relax.TupleType([])])
+    else:
+        call = relax.Call(relax.ExternFunc("egad.shape_fits"), [relax.prim_value(site, "int64"), target, *sizes],
+                          ty_args=[relax.TupleType([])])
+    bb.emit(call)
+
+
+def found_failed_check(error: ValueError) -> tuple[int, str] | None:
+    """(site, what failed) when `error` was raised by a host check, else None."""
     match = _FAILED.search(str(error))
-    return int(match.group(1)) if match else None
+    return (int(match.group(1)), match.group(2)) if match else None
 
 
-def host_check_error(program: Program, site: int) -> ShapeError:
-    """The error a compiled `program` raises when the host check at `site` fails."""
+def host_check_error(program: Program, site: int, what: str = "") -> ShapeError:
+    """The error a compiled `program` raises when the host check at `site` fails (`what`)."""
     op, where = site_of(host_check_sites(program), site, "host check")
+    if op in SIZED_OPS:
+        return ShapeError(message(f"{op}: {what}", where=where,
+                                  instead="check the sizes this shape is computed from"))
     if op == "pow":
         return ShapeError(message(f"pow: {NEGATIVE_EXPONENT}", where=where,
                                   instead="keep integer exponents >= 0, or cast the base to float first"))

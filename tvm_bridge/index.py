@@ -14,8 +14,8 @@ from tvm import tirx as tir
 from egad.ir.index_ranges import IndexPlan, index_plan
 
 from . import index_checks
-from .registry import FunctionScope, lowers
-from .shape import axis_size, static_shape
+from .registry import FunctionScope, axis_size, lowers
+from .shape import static_shape
 
 R = relax.op
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from tvm import relax
 from tvm import tirx as tir
 
 LOWERINGS: dict[str, Callable] = {}
@@ -51,3 +52,13 @@ def symbol_var(symbols: dict, name: str):
     if name not in symbols:
         symbols[name] = tir.Var("".join(c if c.isalnum() else "_" for c in name), "int64")
     return symbols[name]
+
+
+def axis_size(bb, x, x_type, axis: int):
+    """The size of one axis: an int when static, else read off the tensor at run time."""
+    size = x_type.shape[axis]
+    if isinstance(size, int):
+        return size
+    sizes = bb.emit(relax.op.shape_to_tensor(relax.op.shape_of(x)))
+    # a constant, in-range index: "clip" only keeps TVM from warning about "fast" mode
+    return bb.emit(relax.op.take(sizes, relax.const(axis, "int64"), axis=0, mode="clip"))

@@ -6,7 +6,8 @@ from tvm import relax, te
 from egad.errors import UnsupportedError, message
 from egad.ir import shapes
 
-from .registry import FunctionScope, lowers, symbol_var
+from .host_checks import check_shape_fits
+from .registry import FunctionScope, axis_size, lowers, symbol_var
 
 R = relax.op
 
@@ -44,11 +45,13 @@ def _transpose(bb, args, attrs, binding):
 
 @lowers("reshape")
 def _reshape(bb, args, attrs, binding):
+    check_shape_fits(bb, binding, args[1:], args[0])
     return R.reshape(args[0], target_shape(bb, attrs["shape"], args[1:]))
 
 
 @lowers("broadcast_to")
 def _broadcast_to(bb, args, attrs, binding):
+    check_shape_fits(bb, binding, args[1:])
     return R.broadcast_to(args[0], target_shape(bb, attrs["shape"], args[1:]))
 
 
@@ -111,13 +114,3 @@ def _symbolic_ends_dropped(bb, x, x_type, axis: int, start: int, dropped: int, d
 def _dim(bb, args, attrs, binding):
     size = axis_size(bb, args[0], binding.inputs[0].type, attrs["axis"])
     return relax.const(size, "int64") if isinstance(size, int) else size
-
-
-def axis_size(bb, x, x_type, axis: int):
-    """The size of one axis: an int when static, else read off the tensor at run time."""
-    size = x_type.shape[axis]
-    if isinstance(size, int):
-        return size
-    sizes = bb.emit(R.shape_to_tensor(R.shape_of(x)))
-    # a constant, in-range index: "clip" only keeps TVM from warning about "fast" mode
-    return bb.emit(R.take(sizes, relax.const(axis, "int64"), axis=0, mode="clip"))

@@ -120,3 +120,43 @@ def test_softmax_and_logsumexp_over_nothing_are_empty_and_minus_inf_as_in_jax(na
     symbolic = build(egad.trace(fn, egad.Spec((3, "M"), "float64")), cache=BuildCache(None))(x)
     for result in (interpreted, static, symbolic):
         np.testing.assert_array_equal(result, expected)
+
+
+def reshaped_to_another_symbol(x, y):
+    return enp.sum(enp.reshape(x, (y.shape[0], 2)))
+
+
+def filled_short(x):
+    return enp.sum(enp.ones((x.shape[0] - 3, 2))) + enp.sum(enp.zeros((x.shape[0], 2)))
+
+
+@pytest.mark.parametrize("fn, specs, calls", [
+    (reshaped_to_another_symbol, [("T", 2), ("U", 1)], [((3, 2), (3, 1)), ((3, 2), (2, 1)), ((0, 2), (1, 1))]),
+    (filled_short, [("T",)], [((5,),), ((3,),), ((1,),)]),
+])
+def test_shapes_from_sizes_that_do_not_fit_raise_like_the_interpreter(fn, specs, calls):
+    """A reshape to another symbol's element count returned a value (or, from 0 elements,
+    killed the process with SIGFPE) and a negative size made an empty array, where numpy
+    and the interpreter raise. Found by fuzzing."""
+    program = egad.trace(fn, *(egad.Spec(shape, "float64") for shape in specs))
+    compiled = build(program, cache=BuildCache(None))
+    for shapes in calls:
+        args = [np.ones(shape) for shape in shapes]
+        try:
+            want = egad.interpret(program, *args)
+        except egad.ShapeError as interpreted:
+            with pytest.raises(egad.ShapeError) as raised:
+                compiled(*args)
+            assert str(raised.value).startswith(str(interpreted).split("\n")[0])
+        else:
+            np.testing.assert_array_equal(compiled(*args), want)
+
+
+def test_sizes_known_to_fit_are_not_checked_on_the_host():
+    from egad.tvm_bridge.host_checks import host_check_sites
+
+    def fills(x):  # (a reshape to -1 is checked: (T, 3) to (-1, 2) needs an even T)
+        return enp.sum(enp.zeros((x.shape[0], 3))) + enp.sum(enp.arange(1, x.shape[0])) + enp.sum(
+            enp.reshape(x, (x.shape[0], 1, 2)))
+
+    assert host_check_sites(egad.trace(fills, egad.Spec(("T", 2), "float64"))) == []
