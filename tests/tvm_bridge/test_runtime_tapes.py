@@ -122,7 +122,7 @@ def test_stacked_loop_outputs_are_in_place_and_their_memory_comes_back_once_unre
     stacked = runtime._StackedRows(4, "")
     for k in (3, 1, 0, 2):  # a reverse loop, say: rows arrive in any order
         stacked.put(k, rows[k])
-    values, counters = stacked.result(tvm.cpu())
+    values, counters = stacked.result(tvm.cpu(), [])
     assert values.data_ptr() % 64 == 0 and counters.data_ptr() % 64 == 0
     np.testing.assert_array_equal(values.numpy(), np.arange(4, dtype=np.float32)[:, None, None] * np.ones((2, 3)))
     np.testing.assert_array_equal(counters.numpy(), np.arange(4))
@@ -137,12 +137,12 @@ def test_stacked_loop_outputs_are_in_place_and_their_memory_comes_back_once_unre
     again = runtime._StackedRows(4, "")
     for k in range(4):
         again.put(k, rows[k])
-    assert again.result(tvm.cpu())[0].data_ptr() == first
+    assert again.result(tvm.cpu(), [])[0].data_ptr() == first
     np.testing.assert_array_equal(values_numpy[1], np.ones((2, 3)))
 
 
 def test_a_loop_of_zero_trips_stacks_empty_outputs_of_its_layout():
-    empty = runtime._StackedRows(0, '[[[2, 3], "float32"], [[], "int64"]]').result(tvm.cpu())
+    empty = runtime._StackedRows(0, '[[[2, 3], "float32"], [[], "int64"]]').result(tvm.cpu(), [])
     assert [tuple(t.shape) for t in empty] == [(0, 2, 3), (0,)]
     assert [str(t.dtype) for t in empty] == ["float32", "int64"]
 
