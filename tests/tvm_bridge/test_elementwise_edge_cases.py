@@ -205,3 +205,15 @@ def test_sigmoid_far_below_zero_keeps_its_relative_accuracy():
     got, want = compiled_and_interpreted(lambda a: enp.log(enn.sigmoid(a)), x)
     for result in (got[0], want[0]):
         np.testing.assert_allclose(result, np.log(exact), rtol=1e-14)
+
+
+def test_float64_tanh_keeps_its_relative_accuracy_near_zero():
+    """TVM's tanh cancels for small x: tanh(1e-20) was 0, tanh(1e-12) off by 2e-5, and
+    tanh(-0.0) was +0.0. Found by fuzzing."""
+    x = np.array([5e-324, 1e-300, 1e-20, -1e-12, 1e-9, -0.0, 0.0, 0.26, -0.3, 1.0, 19.0, 22.0, np.inf, -np.inf,
+                  np.nan])
+    x = np.concatenate([x, np.random.default_rng(0).standard_normal(1000) * 3])
+    got, want = compiled_and_interpreted(enp.tanh, x)
+    np.testing.assert_allclose(got[0], np.tanh(x), rtol=4e-16, atol=0)
+    np.testing.assert_array_equal(np.signbit(got[0]), np.signbit(np.tanh(x)))
+    np.testing.assert_array_equal(want[0], np.tanh(x))
