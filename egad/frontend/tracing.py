@@ -46,13 +46,13 @@ def _spec_shape(shape) -> tuple[Dim, ...]:
     for dim in shape:
         if isinstance(dim, (int, np.integer)) and not isinstance(dim, (bool, np.bool_)) and dim >= 0:
             dims.append(int(dim))
-        elif isinstance(dim, str) and dim:
+        elif isinstance(dim, str) and dim.isidentifier():  # not `T-1`, egad's name for x[1:]'s length
             dims.append(dim)
         else:
             raise ArgumentError(message(f"egad.Spec's shape {tuple(shape)!r} has an invalid dim {dim!r}",
                                         where=user_location().long(),
-                                        instead="give each dim as a size >= 0, or as a name such as 'T' for a "
-                                                "length known only when the program runs"))
+                                        instead="give each dim as a size >= 0, or as a name (an identifier) such "
+                                                "as 'T' for a length known only when the program runs"))
     return tuple(dims)
 
 

@@ -137,9 +137,10 @@ _fresh_symbol_counter = [0]
 
 
 def fresh_symbol(prefix: str = "n") -> str:
-    """A new symbolic dim for a length known only at run time (e.g. a while loop's trips)."""
+    """A new symbolic dim for a length known only at run time (e.g. a while loop's trips):
+    `n#3`, which no user's name can be (egad.Spec takes identifiers)."""
     _fresh_symbol_counter[0] += 1
-    return f"{prefix}{_fresh_symbol_counter[0]}"
+    return f"{prefix}#{_fresh_symbol_counter[0]}"
 
 
 def bind_dims(shape: tuple[Dim, ...], actual: tuple[int, ...], env: dict[str, int]) -> str | None:

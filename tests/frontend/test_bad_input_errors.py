@@ -45,7 +45,9 @@ def test_an_argument_of_an_unsupported_dtype_is_refused(array):
     assert names_the_line(info, "unsupported-dtype"), info.value
 
 
-@pytest.mark.parametrize("shape", [(-1, 3), (None, 3), ("", 3), (2.0, 3), (True, 3)], ids=str)
+# "T-1" is egad's name for the length of x[1:] and "n#1" one it makes up: a user's dim of that
+# name was taken for it (x[1:] * y with y of Spec(("T-1",)) broadcast)
+@pytest.mark.parametrize("shape", [(-1, 3), (None, 3), ("", 3), (2.0, 3), (True, 3), ("T-1",), ("n#1", 2)], ids=str)
 def test_a_spec_with_an_invalid_dim_is_refused_where_it_is_written(shape):
     with pytest.raises(egad.ArgumentError, match="egad.Spec's shape .* has an invalid dim") as info:
         egad.trace(lambda a: a, egad.Spec(shape, "float32"))  # at: invalid-dim
