@@ -145,8 +145,16 @@ class Optimized:
         compared = optimization is not None and program is not original and runs_here
         examples_raise = False  # an index out of range in the example inputs, say: nothing to time
         verdict = None  # what the check found where the two builds differ
+        if program is not original:  # never worse than doing nothing: an optimized program that fails to build
+            try:
+                built = self._compile(program, original) if compared else self._compile(program)
+            except Exception as error:  # noqa: BLE001 - a lowering or TVM failure of the optimized program
+                optimization = dataclasses.replace(optimization, program=original, fallback=(
+                    f"the optimized program failed to build ({type(error).__name__}: "
+                    f"{str(error).strip().splitlines()[-1][:200]}); the original program is built"))
+                program, compared = original, False
         if compared:  # both builds, side by side
-            compiled, baseline = self._compile(program, original)
+            compiled, baseline = built
             started = time.perf_counter()
             got = outcome(lambda: compiled(*examples))
             examples_raise = isinstance(got, Exception)
@@ -161,8 +169,10 @@ class Optimized:
             if not keep_optimized:
                 optimization = dataclasses.replace(optimization, program=original, fallback=verdict)
                 compiled, program = baseline, original
-        else:
+        elif program is original:
             (compiled,) = self._compile(program)
+        else:
+            (compiled,) = built
         # never worse than doing nothing, measured: the cost model's guess is not the last word (inputs
         # that raise in both programs time nothing; the call raises once built)
         if compared and program is not original and not examples_raise and verdict is None:

@@ -206,6 +206,35 @@ def test_where_both_builds_disagree_with_the_interpreter_a_warning_says_so(monke
     assert "neither agrees with the interpreter" in f.report()
 
 
+@pytest.mark.parametrize("check", [True, False])
+def test_an_optimized_program_that_fails_to_build_falls_back_to_the_original(monkeypatch, check):
+    """Never worse than doing nothing: a TVM failure on the optimized program (a raw
+    InternalError, found by fuzzing) built nothing; the original is built instead."""
+    monkeypatch.setattr(api.Optimized, "_compile", _failing_first(api.Optimized._compile))
+    args = gated_args(T=5)
+    traced = egad.trace(gated_rnn, *args)
+    f = egad.optimize(traced, wrt=(0,), check=check)
+    _, (dWi,) = f(*args)
+    _, (expected,) = egad.interpret(egad.value_and_grad(traced, wrt=(0,)), *args)
+    np.testing.assert_allclose(dWi, expected, rtol=1e-10)
+    assert "the optimized program failed to build (RuntimeError: InternalError" in f.report()
+    assert f.program is f.optimizations[0].original
+
+
+def _failing_first(real):
+    """`_compile` failing on its first call: the optimized program's build (beside the
+    original's when checked, alone when not)."""
+    failed = []
+
+    def compile_(self, *programs):
+        if not failed:
+            failed.append(programs[0])
+            raise RuntimeError("InternalError: Check failed: buffer used before its definition")
+        return real(self, *programs)
+
+    return compile_
+
+
 def test_a_failing_rule_falls_back_and_says_why():
     args = gated_args()
     f = egad.optimize(egad.trace(gated_rnn, *args), wrt=(0,), rules=["algebra", FAILING])
