@@ -317,6 +317,12 @@ def _select(bb, args, attrs, binding):
 
 @lowers("cast")
 def _cast(bb, args, attrs, binding):
+    if binding.inputs[0].type.dtype == "int32" and attrs["dtype"] in ("int64", "float64"):
+        # int32 arithmetic wraps (numpy, the interpreter); fused into the widening cast,
+        # TVM's simplifier takes signed overflow for impossible and computes it in 64
+        # bits: sum(a * 3) of a = 2**30 was 3 * 2**30. Unfused, the int32 result is
+        # stored wrapped first.
+        return _unfused(bb, bb.emit_te(topi.cast, args[0], attrs["dtype"], primfunc_name_hint="widen"))
     return R.astype(args[0], attrs["dtype"])
 
 

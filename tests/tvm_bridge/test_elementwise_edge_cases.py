@@ -217,3 +217,20 @@ def test_float64_tanh_keeps_its_relative_accuracy_near_zero():
     np.testing.assert_allclose(got[0], np.tanh(x), rtol=4e-16, atol=0)
     np.testing.assert_array_equal(np.signbit(got[0]), np.signbit(np.tanh(x)))
     np.testing.assert_array_equal(want[0], np.tanh(x))
+
+
+def test_int32_arithmetic_wraps_before_it_is_widened():
+    """Fused into the widening cast, TVM's simplifier computed the int32 op in 64 bits:
+    sum(a * 3) of a = 2**30 was 3 * 2**30, not numpy's wrapped sum. Found by fuzzing."""
+    a, b = np.array([2**30, 2**30, 5], np.int32), np.array([-2**31, 7, -3], np.int32)
+    wide = np.array([3, -1, 2])
+
+    def f(a, b, wide):
+        return (enp.sum(a * 3), enp.sum(a + a, axis=0), enp.abs(b).astype("int64") + 1, enp.abs(b) * wide,
+                (a * 4).astype("float64"))
+
+    got, want = compiled_and_interpreted(f, a, b, wide)
+    with np.errstate(over="ignore"):
+        expected = (np.sum(a * 3), np.sum(a + a, axis=0), np.abs(b).astype("int64") + 1, np.abs(b) * wide,
+                    (a * 4).astype("float64"))
+    assert_same(got, want, expected)
