@@ -59,6 +59,11 @@ class UnsupportedError(EgadError, NotImplementedError):
     """A construct egad does not support (yet), with the supported alternative."""
 
 
+class MissingFunctionError(UnsupportedError, AttributeError):
+    """A numpy function or array method egad.numpy does not have (an AttributeError too,
+    so `hasattr(enp, name)` stays False)."""
+
+
 class RuleFileError(EgadError):
     """A rule family file (`egad rules check path.py`) could not be loaded, or a family name is unknown."""
 

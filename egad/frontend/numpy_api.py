@@ -11,7 +11,7 @@ import builtins
 
 import numpy as np
 
-from ..errors import ArgumentError, IndexOutOfRangeError, ShapeError, UnsupportedError, message
+from ..errors import ArgumentError, IndexOutOfRangeError, MissingFunctionError, ShapeError, UnsupportedError, message
 from ..ir import shapes
 from ..ir.types import canonical_dtype, fresh_symbol, is_float, is_int
 from ..source import user_location
@@ -225,6 +225,17 @@ def _logical(op_name: str):
 logical_and = _logical("logical_and")
 logical_or = _logical("logical_or")
 logical_xor = _logical("logical_xor")
+
+
+def missing_function(written: str, name: str) -> AttributeError:
+    """The error for numpy's `name` (written as `written`) where egad.numpy lacks it; a
+    plain AttributeError for a name numpy lacks too."""
+    if name.startswith("_") or not hasattr(np, name) and not hasattr(np.ndarray, name):
+        return AttributeError(f"egad.numpy has no attribute {name!r}")
+    return MissingFunctionError(message(
+        f"{written} is not in egad.numpy", where=user_location().long(),
+        instead="write it with the functions egad.numpy has (the ops are listed in docs/ir.md), or compute "
+                "it outside the traced function"))
 
 
 def _bitwise(name: str, logical):
@@ -454,10 +465,11 @@ def _normalize_shape_arg(new_shape) -> tuple:
 def reshape(a, newshape):
     """numpy's reshape (C order); one -1 is inferred."""
     dims = list(_normalize_shape_arg(newshape))
-    if builtins.any(not is_tracer(d) and d == -1 for d in dims):
-        if dims.count(-1) > 1:
+    inferred = [k for k, d in enumerate(dims) if not is_tracer(d) and d == -1]  # (no == on traced dims)
+    if inferred:
+        if len(inferred) > 1:
             raise ShapeError(message("reshape can infer only one -1 dim", where=user_location().long()))
-        position = dims.index(-1)
+        position = inferred[0]
         others = size_of_dims([d for i, d in enumerate(dims) if i != position])
         total = size(a)
         if isinstance(total, int) and isinstance(others, int):

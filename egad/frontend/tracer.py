@@ -170,6 +170,24 @@ class Tracer:
         from . import numpy_api as n
         return n.getitem(self, index)
 
+    def __getattr__(self, name):  # only for names the class lacks: an ndarray method egad has not
+        from . import numpy_api as n
+        raise n.missing_function(f"x.{name}()", name)
+
+    def __lshift__(self, other):
+        return self._no_shift("<<")
+
+    __rlshift__ = __lshift__
+
+    def __rshift__(self, other):
+        return self._no_shift(">>")
+
+    __rrshift__ = __rshift__
+
+    def _no_shift(self, operator: str):
+        raise UnsupportedError(message(f"{operator} (a bit shift) is not supported", where=user_location().long(),
+                                       instead="multiply or floor-divide by a power of 2"))
+
     def __setitem__(self, index, value):
         raise UnsupportedError(message(
             "traced values are immutable; item assignment is not supported",

@@ -181,3 +181,30 @@ def test_joining_no_arrays_is_refused():
 def test_a_numpy_constant_of_an_unsupported_dtype_is_refused():
     with pytest.raises(egad.EgadError, match="float16 is not supported"):
         egad.trace(lambda a: a * np.ones(W.shape, np.float16), W)
+
+
+@pytest.mark.parametrize("fn, what, tag", [
+    (lambda a: enp.prod(a), "enp.prod is not in egad.numpy", "prod"),  # at: prod
+    (lambda a: a.argmin(), r"x.argmin\(\) is not in egad.numpy", "argmin"),  # at: argmin
+    (lambda a: a << 1, "<< .a bit shift. is not supported", "lshift"),  # at: lshift
+    (lambda a: 1 >> a, ">> .a bit shift. is not supported", "rshift"),  # at: rshift
+], ids=["prod", "argmin", "lshift", "rshift"])
+def test_a_numpy_name_egad_lacks_is_an_egad_error_naming_it(fn, what, tag):
+    """They were bare AttributeErrors and TypeErrors, with no line. Found by fuzzing."""
+    with pytest.raises(egad.UnsupportedError, match=what) as info:
+        egad.trace(fn, np.arange(4))
+    assert names_the_line(info, tag), info.value
+
+
+def test_a_missing_name_is_still_an_attribute_error_for_hasattr():
+    assert not hasattr(enp, "prod") and not hasattr(enp, "no_such_function") and hasattr(enp, "sum")
+    with pytest.raises(AttributeError):
+        enp.prod
+
+
+def test_reshape_with_a_traced_dim_infers_its_minus_one():
+    """`dims.count(-1)` compared a traced dim with -1: a TracerConversionError about an
+    `if` the user never wrote. Found by fuzzing."""
+    program = egad.trace(lambda x: enp.reshape(x, (x.shape[0], 2, -1)), egad.Spec(("T", 4), "float64"))
+    x = np.arange(12.0).reshape(3, 4)
+    np.testing.assert_array_equal(egad.interpret(program, x), x.reshape(3, 2, 2))
