@@ -372,7 +372,9 @@ def _stop_gradient_vjp(ad, ins, outs, cts, attrs):
 
 def _matmul_rule(types, attrs):
     a, b = types
-    _require(a.dtype == b.dtype and a.dtype != "bool", f"matmul needs numeric operands of one dtype, got {a} and {b}")
+    _require(a.dtype != "bool", f"matmul of bool operands ({a} and {b}) is not supported: cast them to int or "
+                                f"float first (a bool result is then `!= 0`)")
+    _require(a.dtype == b.dtype, f"matmul needs numeric operands of one dtype, got {a} and {b}")
     _require(a.ndim >= 1 and b.ndim >= 1, f"matmul needs operands of rank >= 1, got {a} and {b}")
     a_shape = (1,) + a.shape if a.ndim == 1 else a.shape
     b_shape = b.shape + (1,) if b.ndim == 1 else b.shape

@@ -208,3 +208,10 @@ def test_reshape_with_a_traced_dim_infers_its_minus_one():
     program = egad.trace(lambda x: enp.reshape(x, (x.shape[0], 2, -1)), egad.Spec(("T", 4), "float64"))
     x = np.arange(12.0).reshape(3, 4)
     np.testing.assert_array_equal(egad.interpret(program, x), x.reshape(3, 2, 2))
+
+
+def test_a_matmul_of_bools_says_bools_are_the_matter():
+    """It said "needs numeric operands of one dtype" of two bool operands. Found by fuzzing."""
+    a = np.ones((2, 3), bool)
+    with pytest.raises(egad.ShapeError, match="matmul of bool operands .* cast them to int or float"):
+        egad.trace(lambda x, y: x @ y, a, a.T)
