@@ -202,7 +202,10 @@ class Optimized:
     def _base(self):
         compiled = self._specializations.get(self._base_key)
         if compiled is None:
-            compiled = self._specializations[self._base_key] = self._build(self.traced, self.example_args)
+            with self._specializing:
+                compiled = self._specializations.get(self._base_key)
+                if compiled is None:
+                    compiled = self._specializations[self._base_key] = self._build(self.traced, self.example_args)
         return compiled
 
     @property

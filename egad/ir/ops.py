@@ -122,7 +122,7 @@ _unary("sin", np.sin, "float", "sine")
 _unary("cos", np.cos, "float", "cosine")
 _unary("sqrt", np.sqrt, "float", "square root")
 _unary("floor", np.floor, "float", "round down")
-_unary("sigmoid", lambda x: _sigmoid(x), "float", "1 / (1 + e^-x)")
+_unary("sigmoid", _sigmoid, "float", "1 / (1 + e^-x)")
 _unary("logical_not", np.logical_not, "bool", "not x", symbol="!")
 
 
