@@ -139,13 +139,22 @@ class Lowering:
         return tuple(self.bb.match_cast(self.bb.emit(item), relax_type(var.type, self.symbols))
                      for item, var in zip(items, outputs))
 
+    def _unpack_branches(self, choice, outputs):
+        """An If's results; those with symbolic dims cast to their full types: a branch
+        function's return type keeps only the dims its parameters bind (a slice's `T-1`
+        becomes unknown), and an op reading a tensor of unknown shape is not lowered."""
+        items = self._unpack(choice, len(outputs))
+        return tuple(self.bb.match_cast(self.bb.emit(item), relax_type(var.type, self.symbols))
+                     if isinstance(var.type, TensorType) and not var.type.is_static else item
+                     for item, var in zip(items, outputs))
+
     def _call(self, region: Region, invoke, args):
         return relax.Call(self.functions[id(region)], [invoke, *args])
 
     def _if(self, binding: Binding, args, invoke):
         then, otherwise = binding.regions
         choice = relax.If(args[0], self._call(then, invoke, args[1:]), self._call(otherwise, invoke, args[1:]))
-        return self._unpack(choice, len(binding.outputs))
+        return self._unpack_branches(choice, binding.outputs)
 
     def _switch(self, binding: Binding, args, invoke):
         last = len(binding.regions) - 1
@@ -154,7 +163,7 @@ class Lowering:
         for k in range(last - 1, -1, -1):
             test = self.bb.emit(relax.op.equal(selector, relax.const(k, "int64")))
             choice = relax.If(test, self._call(binding.regions[k], invoke, args[1:]), choice)
-        return self._unpack(choice, len(binding.outputs))
+        return self._unpack_branches(choice, binding.outputs)
 
     def _for(self, binding: Binding, args, invoke):
         for check in FunctionScope.hoisted.get(id(binding), ()):  # once for all trips (index_ranges.py)

@@ -126,3 +126,25 @@ def test_the_gradient_of_another_slice_of_a_symbolic_axis_is_refused_with_the_us
     with pytest.raises(egad.UnsupportedError, match="along a symbolic axis") as raised:
         egad.grad(program)
     assert "test_symbolic_slices.py" in str(raised.value)
+
+
+def sliced_in_branches(x, p):
+    taken = egad.cond(p > 0, lambda a: a[1:] * 2.0, lambda a: a[1:] + 1.0, x)
+    switched = egad.switch(p.astype("int64"), [lambda a: a[:-2], lambda a: a[2:] * a[2:]], x)
+    return enp.sum(taken) + enp.sum(switched * 3.0)
+
+
+def test_a_branch_returning_a_slice_of_a_symbolic_axis_compiles():
+    """The If's result type lost the slice's `T-1` (a branch function's return type keeps
+    only the dims its parameters bind), so the sum reading it was never lowered: a raw
+    TVM InternalError. Found by fuzzing."""
+    program = egad.trace(sliced_in_branches, egad.Spec(("T",), "float64"), egad.Spec((), "float64"))
+    compiled = build(program, cache=BuildCache(None))
+    gradient = egad.value_and_grad(program, wrt=(0,))
+    compiled_gradient = build(gradient, cache=BuildCache(None))
+    for T in (0, 1, 2, 5):
+        for p in (0.0, 1.0):
+            x = np.arange(T, dtype=np.float64) + 0.5
+            np.testing.assert_allclose(compiled(x, p), egad.interpret(program, x, p), rtol=1e-12)
+            got, want = compiled_gradient(x, p), egad.interpret(gradient, x, p)
+            np.testing.assert_allclose(got[1][0], want[1][0], rtol=1e-12)
