@@ -148,12 +148,20 @@ def _beyond(value, dtype: str) -> bool:
     return not limits.min <= value <= limits.max
 
 
+def _weak_traced_int(value) -> bool:
+    """A traced Python int (weakly typed int64)."""
+    return is_tracer(value) and value.type.weak and is_int(value.type.dtype)
+
+
 def _binary(op_name: str, numpy_name: str, *, bool_op: str | None = None, float_only: bool = False,
             keep_weak: bool = False):
     def fn(a, b):
         dtype, weak = result_dtype(a, b)
-        if op_name in _COMPARISONS and is_int(dtype) and builtins.any(_beyond(v, dtype) for v in (a, b)):
-            dtype = "int64"  # numpy 2 compares a Python int with any integer array by value
+        if op_name in _COMPARISONS and is_int(dtype) and builtins.any(_beyond(v, dtype) or _weak_traced_int(v)
+                                                                      for v in (a, b)):
+            # numpy 2 compares a Python int with any integer array by value; a traced one
+            # (an argument, a loop counter) may hold any int64 at run time
+            dtype = "int64"
         if float_only and not is_float(dtype):
             dtype = "float64"  # numpy: int / int is float64
         name = op_name

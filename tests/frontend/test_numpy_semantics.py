@@ -999,6 +999,18 @@ def test_a_python_int_beyond_an_integer_arrays_dtype_compares_by_value_as_in_num
     with pytest.raises(egad.ShapeError, match="does not fit int32"):
         egad.trace(lambda a: a + 2**40, a)  # numpy 2 raises OverflowError there
 
+
+def test_a_traced_python_int_compares_with_an_int32_array_by_value():
+    """An argument traced as a Python int was cast to int32 (wrapped) for the comparison:
+    a < 2**31 was all False. Found by fuzzing."""
+    a = np.array([1, 2**31 - 1, -5], np.int32)
+    program = egad.trace(lambda a, s: (a < s, a == s, s >= a), a, 3)
+    for s in (3, 2**31, -2**31 - 1, 2**40):
+        expected = (a < s, a == s, s >= a)
+        for got in (egad.interpret(program, a, s), egad.optimize(program, wrt=None, rules=())(a, s)):
+            for g, e in zip(got, expected):
+                np.testing.assert_array_equal(g, e)
+
 ARRAY_INDEX_PLACEMENT = {
     "a[0, :, i]": lambda xp, a, i, j: a[0, :, i],  # separated by a slice: i's dims first
     "a[1, None, i]": lambda xp, a, i, j: a[1, None, i],  # by a new axis
