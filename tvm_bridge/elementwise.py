@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from tvm import relax, te, tirx, topi
 
 from egad.ir.types import FLOAT_DTYPES, INT_DTYPES
@@ -129,7 +130,15 @@ def _binary(bb, args, attrs, binding):
         return _elementwise_te(bb, guarded, args, binding.op)
     elif binding.op == "pow" and dtype in INT_DTYPES:
         return _integer_power(bb, args, binding)
+    elif binding.op == "pow" and _is_constant(binding.inputs[1], 0.5):
+        return R.sqrt(a)  # as numpy's power: (-inf) ** 0.5 is nan and (-0.0) ** 0.5 is -0.0, pow gives inf and 0.0
     return _BINARY[binding.op](a, b)
+
+
+def _is_constant(var, value) -> bool:
+    """Whether `var` is a scalar constant equal to `value` (FunctionScope.constants)."""
+    known = FunctionScope.constants.get(var.uid)
+    return known is not None and np.ndim(known) == 0 and known == value
 
 
 _COMPARISONS = ("eq", "ne", "lt", "le", "gt", "ge")

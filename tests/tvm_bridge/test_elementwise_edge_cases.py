@@ -234,3 +234,13 @@ def test_int32_arithmetic_wraps_before_it_is_widened():
         expected = (np.sum(a * 3), np.sum(a + a, axis=0), np.abs(b).astype("int64") + 1, np.abs(b) * wide,
                     (a * 4).astype("float64"))
     assert_same(got, want, expected)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_a_power_of_one_half_is_numpys_square_root(dtype):
+    """numpy's power takes x ** 0.5 as sqrt: (-inf) ** 0.5 is nan and (-0.0) ** 0.5 is -0.0,
+    where C's pow (compiled code's) gave inf and 0.0. Found by fuzzing."""
+    x = np.array([-np.inf, -0.0, 0.0, 0.25, 4.0, -1.0, np.inf, np.nan], dtype)
+    got, want = compiled_and_interpreted(lambda a: (a ** 0.5, enp.power(a, 0.5)), x)
+    with np.errstate(invalid="ignore"):
+        assert_same(got, want, (x ** 0.5, np.power(x, 0.5)))
