@@ -515,8 +515,8 @@ def optimize(program: Program, wrt=(0,), target="llvm", memory_budget: int | Non
     from .tvm_bridge.targets import resolve
 
     resolve(target)  # unknown targets and missing codegens fail here, not at the first call
-    if memory_budget is not None and (not isinstance(memory_budget, (int, np.integer)) or isinstance(memory_budget, bool)
-                                      or memory_budget <= 0):
+    whole = isinstance(memory_budget, (int, np.integer)) and not isinstance(memory_budget, bool)
+    if memory_budget is not None and (not whole or memory_budget <= 0):
         raise ArgumentError(message(f"memory_budget={memory_budget!r} is not a positive whole number of bytes",
                                     instead="pass e.g. memory_budget=64 * 2**20, or None for store-all"))
     from .ad.api import differentiated_params
