@@ -336,6 +336,8 @@ def sum(a, axis=None, keepdims=False, dtype=None):
     """numpy's sum (bool and int32 sum to int64, as numpy on 64-bit Linux)."""
     source, _ = dtype_of(a)
     target = _dtype_name(dtype) if dtype is not None else ("int64" if source in ("bool", "int32") else source)
+    if target == "bool":  # numpy adds bools as logical or
+        return any(a, axis, keepdims)
     return _reduce("reduce_sum", cast_to(a, target), axis, keepdims)
 
 
@@ -695,7 +697,9 @@ def getitem(x, index):
                         instead="index a single row with a traced int (x[i]), or use enp.take"))
             if entry.step == 0:
                 raise ShapeError(message("slice step cannot be zero", where=user_location().long()))
-            slices.append((entry.start, entry.stop, entry.step))
+            bounds = (entry.start, entry.stop, entry.step)
+            # x[-1::-1] is x[::-1] on an axis of any length (a symbolic one keeps its name)
+            slices.append((None, None, -1) if bounds == (-1, None, -1) else bounds)
         else:
             slices.append((None, None, None))
         axis += 1

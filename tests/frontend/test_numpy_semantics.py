@@ -1000,6 +1000,15 @@ def test_a_python_int_beyond_an_integer_arrays_dtype_compares_by_value_as_in_num
         egad.trace(lambda a: a + 2**40, a)  # numpy 2 raises OverflowError there
 
 
+def test_a_sum_to_bool_is_numpys_logical_or():
+    """numpy adds bools as logical or; egad refused `sum(x, dtype=bool)` as a sum of bools."""
+    for a in (np.array([[False, True], [False, False]]), np.array([[0, 2], [0, 0]])):
+        for axis in (None, 0, 1):
+            got = egad.interpret(egad.trace(lambda x: enp.sum(x, axis=axis, dtype=bool), a), a)
+            np.testing.assert_array_equal(got, np.sum(a, axis=axis, dtype=bool))
+            assert np.asarray(got).dtype == bool
+
+
 def test_a_traced_python_int_compares_with_an_int32_array_by_value():
     """An argument traced as a Python int was cast to int32 (wrapped) for the comparison:
     a < 2**31 was all False. Found by fuzzing."""

@@ -148,3 +148,14 @@ def test_a_branch_returning_a_slice_of_a_symbolic_axis_compiles():
             np.testing.assert_allclose(compiled(x, p), egad.interpret(program, x, p), rtol=1e-12)
             got, want = compiled_gradient(x, p), egad.interpret(gradient, x, p)
             np.testing.assert_allclose(got[1][0], want[1][0], rtol=1e-12)
+
+
+def test_a_reversal_written_from_the_last_element_keeps_the_symbolic_length():
+    """x[-1::-1] is x[::-1]: it was named `T[-1::-1]`, so `x[-1::-1] * x` was refused. Found by fuzzing."""
+    program = egad.trace(lambda x: enp.sum(x[-1::-1] * x * enp.arange(x.shape[0])), egad.Spec(("T",), "float64"))
+    gradient = egad.value_and_grad(program, wrt=(0,))
+    compiled = build(gradient, cache=BuildCache(None))
+    for T in (0, 1, 4):
+        x = np.arange(T) + 1.0
+        assert egad.interpret(program, x) == np.sum(x[::-1] * x * np.arange(T))
+        assert_trees_close(compiled(x), egad.interpret(gradient, x), 1e-12)
