@@ -22,7 +22,7 @@ from ..source import SourceLoc, user_location
 from . import context
 from . import control
 from . import numpy_api as enp
-from .primitives import apply1, dtype_of, is_tracer
+from .primitives import dtype_of, is_tracer
 from .tracer import Tracer
 
 
@@ -363,8 +363,7 @@ def _symbol_size(symbol: str, sources):
         if candidate._builder.closed or not here.is_within(candidate._builder):
             continue
         if symbol in candidate.type.shape:
-            size = apply1("dim", [candidate], {"axis": candidate.type.shape.index(symbol)}, weak=True)
-            return Tracer(size._builder, size._var, symbol=symbol)
+            return enp.dim_size(candidate, candidate.type.shape.index(symbol))
     return None
 
 
