@@ -113,18 +113,20 @@ def _non_negative(var, producers: dict, depth: int = 8) -> bool:
 def check_shape_fits(bb, binding, sizes, x=None) -> None:
     """The host call `egad.shape_fits` (`egad.reshape_fits` for a reshape of x) before an
     op of SIZED_OPS, where it is a host check site."""
-    site = FunctionScope.host_check_sites.get(id(binding))
-    if site is None:
+    if id(binding) not in FunctionScope.host_check_sites:
         return
     target = relax.expr.String(json.dumps([d if isinstance(d, int) else None for d in binding.attrs["shape"]]))
     if binding.op == "reshape":
-        x_shape = bb.emit(relax.op.shape_to_tensor(relax.op.shape_of(x)))
-        call = relax.Call(relax.ExternFunc("egad.reshape_fits"), [relax.prim_value(site, "int64"), target, x_shape,
-                                                                  *sizes], ty_args=[relax.TupleType([])])
+        _host_call(bb, "egad.reshape_fits", binding, target, bb.emit(relax.op.shape_to_tensor(relax.op.shape_of(x))),
+                   *sizes)
     else:
-        call = relax.Call(relax.ExternFunc("egad.shape_fits"), [relax.prim_value(site, "int64"), target, *sizes],
-                          ty_args=[relax.TupleType([])])
-    bb.emit(call)
+        _host_call(bb, "egad.shape_fits", binding, target, *sizes)
+
+
+def _host_call(bb, function: str, binding, *args) -> None:
+    """A call of the host check `function` with `binding`'s site first (-1 for none)."""
+    site = relax.prim_value(FunctionScope.host_check_sites.get(id(binding), -1), "int64")
+    bb.emit(relax.Call(relax.ExternFunc(function), [site, *args], ty_args=[relax.TupleType([])]))
 
 
 def found_failed_check(error: ValueError) -> tuple[int, str] | None:
@@ -151,9 +153,7 @@ def host_check_error(program: Program, site: int, what: str = "") -> ShapeError:
 def check_exponent_not_negative(bb, exponent, binding) -> None:
     """A host call raising where an element of the integer `exponent` of `binding` (a
     pow) is negative at run time."""
-    bb.emit(relax.Call(relax.ExternFunc("egad.exponent_is_negative"),
-                       [relax.prim_value(FunctionScope.host_check_sites.get(id(binding), -1), "int64"), exponent],
-                       ty_args=[relax.TupleType([])]))
+    _host_call(bb, "egad.exponent_is_negative", binding, exponent)
 
 
 def check_not_empty(bb, x, binding, axes) -> None:
@@ -164,7 +164,5 @@ def check_not_empty(bb, x, binding, axes) -> None:
     if all(isinstance(x_type.shape[axis], int) and x_type.shape[axis] > 0 for axis in axes):
         return
     sizes = [axis_size(bb, x, x_type, axis) for axis in axes]
-    bb.emit(relax.Call(relax.ExternFunc("egad.reduction_is_empty"),
-                       [relax.prim_value(FunctionScope.host_check_sites.get(id(binding), -1), "int64"),
-                        *(relax.prim_value(size, "int64") if isinstance(size, int) else size for size in sizes)],
-                       ty_args=[relax.TupleType([])]))
+    _host_call(bb, "egad.reduction_is_empty", binding,
+               *(relax.prim_value(size, "int64") if isinstance(size, int) else size for size in sizes))
