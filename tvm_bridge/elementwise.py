@@ -54,14 +54,10 @@ def _exp_tanh_or_sigmoid(bb, args, attrs, binding):
 def _tanh_float64(x):
     """tanh(|x|) = -m / (m + 2) with m = expm1(-2|x|), the sign put back: TVM's tanh
     (1 - e^-2x) / (1 + e^-2x) cancels for small x (tanh(1e-20) was 0, tanh(1e-12) off by
-    2e-5, tanh(-0.0) was +0.0). expm1 by Kahan's correction near 0, as `_expm1` below."""
+    2e-5, tanh(-0.0) was +0.0)."""
     def tanh(*i):
         v = x(*i)
-        minus_2a = tirx.const(-2.0, "float64") * tirx.abs(v)
-        u = tirx.exp(minus_2a)
-        one = tirx.const(1.0, "float64")
-        kahan = tirx.Select(u == one, minus_2a, (u - one) * minus_2a / tirx.log(u))
-        m = tirx.Select(minus_2a > tirx.const(-0.5, "float64"), kahan, u - one)
+        m = _expm1_of(tirx.const(-2.0, "float64") * tirx.abs(v))
         return tirx.copysign(-m / (m + tirx.const(2.0, "float64")), v)
 
     return te.compute(x.shape, tanh, name="tanh")
@@ -293,14 +289,18 @@ def _squared_times(base, times: int):
 
 @lowers("expm1")
 def _expm1(bb, args, attrs, binding):
-    # Relax has no expm1, and exp(x) - 1 loses all relative accuracy for |x| << 1.
-    # Kahan's correction: with u = exp(x), (u - 1) * x / log(u) cancels the rounding
-    # error of u (x itself where u rounds to 1); far from 0 plain u - 1 is exact enough.
-    x, dtype = args[0], binding.inputs[0].type.dtype
-    u = bb.emit(R.exp(x))
-    u_minus_1 = bb.emit(R.subtract(u, relax.const(1, dtype)))
-    corrected = R.where(R.equal(u, relax.const(1, dtype)), x, R.divide(R.multiply(u_minus_1, x), R.log(u)))
-    return R.where(R.less(R.abs(x), relax.const(0.5, dtype)), corrected, u_minus_1)
+    return _elementwise_te(bb, _expm1_of, args, "expm1")  # Relax has no expm1
+
+
+def _expm1_of(x):
+    """expm1 of a TIR float, keeping its relative accuracy near 0, where exp(x) - 1 loses
+    all of it. Kahan's correction: with u = exp(x), (u - 1) * x / log(u) cancels the
+    rounding error of u (x itself where u rounds to 1); far from 0 plain u - 1 is exact
+    enough."""
+    dtype = str(x.ty)
+    u, one = tirx.exp(x), tirx.const(1, dtype)
+    corrected = tirx.Select(u == one, x, (u - one) * x / tirx.log(u))
+    return tirx.Select(tirx.abs(x) < tirx.const(0.5, dtype), corrected, u - one)
 
 
 @lowers("log1p")
