@@ -100,7 +100,7 @@ def place(extraction: Extraction) -> Placement:
     order = _post_order(extraction)
     free_args = _free_args(choice, order)
     fallible = _fallible(choice, order)
-    runs: set[int] = set()  # loops sure to run once at least: a for with constant bounds lo < hi
+    runs: set[int] = set()  # for loops sure to run once at least (`surely_runs`)
     uses: dict[ClassId, list[Scope]] = {cid: [] for cid in order}
     for root in extraction.roots:
         uses[root].append(())
@@ -180,11 +180,14 @@ def _fallible(choice, order) -> set[ClassId]:
     fallible: set[ClassId] = set()
     for cid in order:  # what a class reads before the class (a region's results before its node)
         node = choice[cid]
-        if node.head.startswith("Op") and node.args[0] in FALLIBLE_OPS \
-                or any(c in fallible for c in local_inputs(node)) \
+        if _is_fallible_op(node) or any(c in fallible for c in local_inputs(node)) \
                 or any(c in fallible for _, results in region_results(node) for c in results):
             fallible.add(cid)
     return fallible
+
+
+def _is_fallible_op(node: ENode) -> bool:
+    return node.head.startswith("Op") and node.args[0] in FALLIBLE_OPS
 
 
 def _runs_once_at_least(choice, loop: ENode) -> bool:
@@ -213,7 +216,7 @@ def may_raise(snapshot, cid: ClassId) -> bool:
     seen, stack = {cid}, [cid]
     while stack:
         for node in snapshot.nodes.get(stack.pop(), ()):
-            if node.head.startswith("Op") and node.args[0] in FALLIBLE_OPS:
+            if _is_fallible_op(node):
                 return True
             for child in children(node):
                 if child.sort == "Term" and child not in seen:
