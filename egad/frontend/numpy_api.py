@@ -427,12 +427,8 @@ def dim_size(x, axis: int):
 def _in_scope(value) -> bool:
     """Whether a traced value can be read in the current region: made in it or in a
     region enclosing it (whose values it captures)."""
-    builder = context.current()
-    while builder is not None:
-        if builder is value._builder:
-            return True
-        builder = builder.parent
-    return False
+    here = context.current()
+    return here is not None and here.is_within(value._builder)
 
 
 def shape(x) -> tuple:
