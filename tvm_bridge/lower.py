@@ -132,21 +132,18 @@ class Lowering:
         result = self.bb.emit(call)
         return tuple(relax.TupleGetItem(result, k) for k in range(count))
 
-    def _unpack_typed(self, call, outputs):
-        """A driver call's results, cast to their full types (with symbolic dims, bound
-        at run time) so that the ops reading them can be lowered."""
-        items = self._unpack(call, len(outputs))
-        return tuple(self.bb.match_cast(self.bb.emit(item), relax_type(var.type, self.symbols))
-                     for item, var in zip(items, outputs))
-
-    def _unpack_branches(self, choice, outputs):
-        """An If's results; those with symbolic dims cast to their full types: a branch
-        function's return type keeps only the dims its parameters bind (a slice's `T-1`
-        becomes unknown), and an op reading a tensor of unknown shape is not lowered."""
-        items = self._unpack(choice, len(outputs))
-        return tuple(self.bb.match_cast(self.bb.emit(item), relax_type(var.type, self.symbols))
-                     if isinstance(var.type, TensorType) and not var.type.is_static else item
-                     for item, var in zip(items, outputs))
+    def _unpack_typed(self, call, outputs, static_known: bool = False):
+        """A call's results, cast to their full types (with symbolic dims, bound at run
+        time) so that the ops reading them can be lowered: a driver call's, which Relax
+        knows by rank only, or (`static_known`) an If's, whose static types Relax infers
+        but whose symbolic dims a branch function's return type keeps only where its
+        parameters bind them (a slice's `T-1` becomes unknown)."""
+        typed = []
+        for item, var in zip(self._unpack(call, len(outputs)), outputs):
+            symbolic = isinstance(var.type, TensorType) and not var.type.is_static
+            typed.append(self.bb.match_cast(self.bb.emit(item), relax_type(var.type, self.symbols))
+                         if symbolic or not static_known else item)
+        return tuple(typed)
 
     def _call(self, region: Region, invoke, args):
         return relax.Call(self.functions[id(region)], [invoke, *args])
@@ -154,7 +151,7 @@ class Lowering:
     def _if(self, binding: Binding, args, invoke):
         then, otherwise = binding.regions
         choice = relax.If(args[0], self._call(then, invoke, args[1:]), self._call(otherwise, invoke, args[1:]))
-        return self._unpack_branches(choice, binding.outputs)
+        return self._unpack_typed(choice, binding.outputs, static_known=True)
 
     def _switch(self, binding: Binding, args, invoke):
         last = len(binding.regions) - 1
@@ -163,7 +160,7 @@ class Lowering:
         for k in range(last - 1, -1, -1):
             test = self.bb.emit(relax.op.equal(selector, relax.const(k, "int64")))
             choice = relax.If(test, self._call(binding.regions[k], invoke, args[1:]), choice)
-        return self._unpack_branches(choice, binding.outputs)
+        return self._unpack_typed(choice, binding.outputs, static_known=True)
 
     def _for(self, binding: Binding, args, invoke):
         for check in FunctionScope.hoisted.get(id(binding), ()):  # once for all trips (index_ranges.py)
