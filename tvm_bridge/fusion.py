@@ -79,39 +79,50 @@ def order_after_shape_definitions(mod: tvm.IRModule, _context) -> tvm.IRModule:
 
 
 def _reorder_function(func: relax.Function) -> relax.Function:
-    return relax.Function(func.params, _reorder_seq(func.body), func.ret_ty, func.is_pure, func.attrs, func.span)
+    known = {dim for param in func.params for dim in relax.analysis.definable_tir_vars_in_type(param.ty)}
+    return relax.Function(func.params, _reorder_seq(func.body, known), func.ret_ty, func.is_pure, func.attrs,
+                          func.span)
 
 
-def _reorder_seq(expr):
+def _reorder_seq(expr, known: set):
+    """`known`: the symbolic dimensions defined before `expr` (by the function's
+    parameters or earlier blocks)."""
     if not isinstance(expr, relax.SeqExpr):
         return expr
+    known = set(known)
     blocks = []
     for block in expr.blocks:
-        bindings = [_reorder_branches(binding) for binding in block.bindings]
+        bindings = [_reorder_branches(binding, known) for binding in block.bindings]
         if isinstance(block, relax.DataflowBlock):
-            blocks.append(relax.DataflowBlock(_dependence_order(bindings), block.span))
+            blocks.append(relax.DataflowBlock(_dependence_order(bindings, known), block.span))
         else:
             blocks.append(relax.BindingBlock(bindings, block.span))
+        known |= {dim for binding in bindings if isinstance(binding, relax.MatchCast)
+                  for dim in relax.analysis.definable_tir_vars_in_type(binding.ty)}
     return relax.SeqExpr(blocks, expr.body, expr.span)
 
 
-def _reorder_branches(binding):
+def _reorder_branches(binding, known: set):
     value = binding.value
     if isinstance(binding, relax.VarBinding) and isinstance(value, relax.If):
-        branches = (_reorder_seq(value.true_branch), _reorder_seq(value.false_branch))
+        branches = (_reorder_seq(value.true_branch, known), _reorder_seq(value.false_branch, known))
         return relax.VarBinding(binding.var, relax.If(value.cond, *branches, value.span), binding.span)
     return binding
 
 
-def _dependence_order(bindings: list) -> list:
+def _dependence_order(bindings: list, known: set = frozenset()) -> list:
     """`bindings` stably sorted so each comes after the bindings defining the Relax
-    variables and symbolic dimensions it uses (variables hash by identity)."""
+    variables and symbolic dimensions it uses (variables hash by identity). A
+    match_cast of a dimension in `known` (defined before the block, e.g. by a
+    parameter's shape) only checks it: it defines nothing, and what reads the
+    dimension need not wait for it."""
     defined_at = {}
     for index, binding in enumerate(bindings):
         defined_at[binding.var] = index
         if isinstance(binding, relax.MatchCast):
             for dimension in relax.analysis.definable_tir_vars_in_type(binding.ty):
-                defined_at.setdefault(dimension, index)
+                if dimension not in known:
+                    defined_at.setdefault(dimension, index)
     needs = []
     for index, binding in enumerate(bindings):
         used = (list(relax.analysis.free_vars(binding.value)) + list(relax.analysis.free_symbolic_vars(binding.value))
