@@ -14,8 +14,8 @@ from . import nn, numpy
 from .ad import grad, value_and_grad
 from .api import Optimized, optimize
 from .errors import (
-    ArgumentError, BranchMismatchError, EgadError, IndexOutOfRangeError, LoopStateError, NumpyInteropError,
-    ShapeError, TracerConversionError, TracerLeakError, UnsupportedError, VerifyError,
+    ArgumentError, BranchMismatchError, BuildError, EgadError, IndexOutOfRangeError, LoopStateError,
+    NumpyInteropError, ShapeError, TracerConversionError, TracerLeakError, UnsupportedError, VerifyError,
 )
 from .frontend.control import cond, fori_loop, scan, switch, while_loop
 from .frontend.convert import function
@@ -30,7 +30,7 @@ __all__ = [
     "trace", "function", "Program", "Spec", "interpret", "RunStats", "grad", "value_and_grad", "optimize",
     "Optimized", "cond", "switch", "fori_loop", "while_loop", "scan",
     "stop_gradient", "numpy", "nn", "verify", "TensorType", "EgadError", "ArgumentError", "BranchMismatchError",
-    "IndexOutOfRangeError", "LoopStateError", "NumpyInteropError", "ShapeError", "TracerConversionError",
+    "BuildError", "IndexOutOfRangeError", "LoopStateError", "NumpyInteropError", "ShapeError", "TracerConversionError",
     "TracerLeakError", "UnsupportedError", "VerifyError",
 ]
 

@@ -68,6 +68,11 @@ class RuleFileError(EgadError):
     """A rule family file (`egad rules check path.py`) could not be loaded, or a family name is unknown."""
 
 
+class BuildError(EgadError, RuntimeError):
+    """TVM failed to compile a program egad lowered: a defect in egad's lowering (or
+    TVM), not in the user's program; the TVM error is chained as its cause."""
+
+
 class VerifyError(EgadError):
     """The IR verifier found an ill-formed program (a bug in a transformation, not user input)."""
 

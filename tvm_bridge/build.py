@@ -14,7 +14,7 @@ import numpy as np
 import tvm
 from tvm import relax
 
-from egad.errors import UnsupportedError, message
+from egad.errors import BuildError, EgadError, UnsupportedError, message
 from egad.interp import _flatten_arguments
 from egad.ir.program import Program
 from egad.pytree import flatten, unflatten
@@ -222,7 +222,7 @@ KERNEL_ARGUMENT_CHECKS = False
 _RELAX_PIPELINE_TURN = threading.Lock()
 
 
-def _compile(module, target: ResolvedTarget):
+def _compile(module, target: ResolvedTarget, name: str = "main"):
     config = {} if KERNEL_ARGUMENT_CHECKS else {"tirx.disable_assert": True}
     pipeline = schedule.relax_pipeline(target.tvm_target)  # llvm targets name the host CPU (targets.resolve)
     try:
@@ -233,14 +233,25 @@ def _compile(module, target: ResolvedTarget):
             with _RELAX_PIPELINE_TURN, target.tvm_target:
                 module = pipeline(module)
             return tvm.compile(module, target=target.tvm_target, relax_pipeline=None)
-    except tvm.error.InternalError as error:
+    except EgadError:
+        raise
+    except Exception as error:  # noqa: BLE001 - TVM's C++ errors arrive as RuntimeError, ValueError, TypeError...
         if target.kind == "webgpu" and "i64" in str(error):
             raise UnsupportedError(message(
                 "WebGPU has no 64-bit integers, and this program computes with int64 on the device (egad's loop "
                 "counters and indices are int64)",
                 instead="build loop-free float programs for webgpu, or use target='metal', 'cuda' or 'opencl'")
             ) from None
-        raise
+        raise _build_error(error, name, target) from error
+
+
+def _build_error(error: Exception, name: str, target: ResolvedTarget) -> BuildError:
+    lines = str(error).strip().splitlines()
+    return BuildError(message(
+        f"TVM could not compile program {name!r} as egad lowered it for {target.kind}: "
+        f"{lines[-1] if lines else type(error).__name__}",
+        instead="this is a defect in egad, not in your program: please report it with print(program) and TVM's error "
+                "(printed above this one); meanwhile another target, or egad.optimize with other rules, may build"))
 
 
 def build(program: Program, target="llvm", cache: BuildCache | None = None) -> Compiled:
@@ -268,7 +279,7 @@ def build_all(programs: list[Program], target="llvm", cache: BuildCache | None =
                for k, entry in enumerate(entries) if entry is None and first_of[keys[k]] == k}
 
     def finish(k: int) -> Entry:
-        entry = cache.put(keys[k], Entry(_compile(modules[k], resolved), modules[k].script(), "built"))
+        entry = cache.put(keys[k], Entry(_compile(modules[k], resolved, programs[k].name), modules[k].script(), "built"))
         if resolved.is_cpu:
             relax.VirtualMachine(entry.executable, tvm.cpu())  # generates the machine code now, not at the first call
         return entry
