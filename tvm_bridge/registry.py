@@ -7,6 +7,8 @@ from typing import Callable
 from tvm import relax
 from tvm import tirx as tir
 
+from egad.ir import shapes
+
 LOWERINGS: dict[str, Callable] = {}
 
 
@@ -48,9 +50,17 @@ class FunctionScope:
 
 
 def symbol_var(symbols: dict, name: str):
-    """The function's tir variable for symbolic dim `name` (made on first use)."""
+    """The function's tir variable for symbolic dim `name` (made on first use). A
+    concatenation's dim `D+c` (egad/ir/shapes.py joined_dim) whose D the function
+    already has is the expression D + c, exactly its length: the shape R.concat
+    infers, so that the concatenation and what is built for its dim (a cotangent
+    broadcast to `D+c`, a slice of it) are one shape to Relax."""
     if name not in symbols:
-        symbols[name] = tir.Var("".join(c if c.isalnum() else "_" for c in name), "int64")
+        grown = shapes.grown_dim(name)
+        if grown and grown[0] in symbols:
+            symbols[name] = symbols[grown[0]] + grown[1]
+        else:
+            symbols[name] = tir.Var("".join(c if c.isalnum() else "_" for c in name), "int64")
     return symbols[name]
 
 

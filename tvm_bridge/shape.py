@@ -95,6 +95,13 @@ def _symbolic_ends_dropped(bb, x, x_type, axis: int, start: int, dropped: int, d
     max(T - dropped, 0) where first met. So `x[1:] - x[:-1]` has one shape in Relax:
     TVM's strided_slice infers a different expression for each, which it can neither
     broadcast nor, once match_cast to one dim, fuse (FuseTIR)."""
+    grown = shapes.grown_dim(x_type.shape[axis])
+    if grown and dropped <= grown[1] and _expressible(dim):
+        # a concatenation's axis (`T+3`, Relax's T + 3): what is left is exactly its
+        # dim (`T`, or `T+1`), in bounds; TVM's own slice gives that shape, where a
+        # kernel reading a T + 3 buffer would not fuse with the concatenation
+        length = symbol_var(FunctionScope.symbols, dim)
+        return bb.emit(R.strided_slice(x, [axis], [start], [start + length], assume_inbound=True))
     if dim in FunctionScope.symbols:
         length = FunctionScope.symbols[dim]
     else:
@@ -108,6 +115,12 @@ def _symbolic_ends_dropped(bb, x, x_type, axis: int, start: int, dropped: int, d
                           name="ends_dropped")
 
     return bb.emit_te(rows, x, primfunc_name_hint="slice_ends_dropped")
+
+
+def _expressible(dim: str) -> bool:
+    """Whether the function has `dim` already, or the symbol that `dim` (`D+c`) grows."""
+    grown = shapes.grown_dim(dim)
+    return dim in FunctionScope.symbols or (grown is not None and grown[0] in FunctionScope.symbols)
 
 
 @lowers("dim")

@@ -650,6 +650,9 @@ def arange(start, stop=None, step=1, dtype=None):
         length = stop  # arange(x.shape[0]) keeps x's symbolic dim
     else:
         length = maximum(subtract(stop, start), 0)
+        if is_tracer(stop) and stop._symbol and isinstance(start, (int, np.integer)) and start > 0:
+            # arange(k, T) is as long as x[k:] (max(T - k, 0)): the same dim, so they broadcast
+            length._symbol = shapes.slice_dim(stop._symbol, int(start), None, None)
     out_dtype = _dtype_name(dtype) if dtype is not None else result_dtype(start, stop)[0]
     type_dims, sizes = _split_dims([length if is_tracer(length) else int(length)])
     counter = apply1("iota", sizes, {"shape": type_dims, "axis": 0, "dtype": out_dtype}) if sizes else \

@@ -561,14 +561,8 @@ def _concat_rule(types, attrs):
         _require(t.dtype == first.dtype and t.ndim == first.ndim, f"concatenate needs one dtype and rank: {first} vs {t}")
         _require(all(t.shape[i] == first.shape[i] for i in range(first.ndim) if i != axis),
                  f"concatenate along axis {axis}: shapes {first.shape} and {t.shape} differ off that axis")
-    dims = [t.shape[axis] for t in types]
-    if all(isinstance(d, int) for d in dims):
-        joined = sum(dims)
-    else:
-        static = sum(d for d in dims if isinstance(d, int))
-        joined = "+".join(sorted(str(d) for d in dims if isinstance(d, str))) + (f"+{static}" if static else "")
     shape = list(first.shape)
-    shape[axis] = joined
+    shape[axis] = shapes.joined_dim([t.shape[axis] for t in types])
     return [TensorType(tuple(shape), first.dtype)]
 
 
@@ -580,17 +574,30 @@ define(OpDef("concat", "numpy's concatenate(operands, attrs.axis)", "shape",
 def _concat_vjp(ad, ins, outs, cts, attrs):
     """y = concatenate(xs, axis);  dx_k = the slice of g where x_k sits"""
     axis, g = attrs["axis"], cts[0]
-    grads, start = [], 0
-    for x in ins:
-        size = x.type.shape[axis]
-        if not isinstance(size, int) or not isinstance(start, int):
-            ad.unsupported("the gradient of concatenate along a symbolic axis")
+    sizes = [x.type.shape[axis] for x in ins]
+    if sum(1 for size in sizes if not isinstance(size, int)) > 1:
+        ad.unsupported("the gradient of concatenate along a symbolic axis of more than one operand")
+    grads = []
+    for k, x in enumerate(ins):
         index = [slice(None)] * x.ndim
-        index[axis] = slice(start, start + size)
+        index[axis] = _concat_part(sizes, k)
         grads.append(g[tuple(index)])
-        start += size
     return grads
 
+
+def _concat_part(sizes: list, k: int) -> slice:
+    """Where operand k of a concatenation of axes of `sizes` (one symbolic at most)
+    sits, in static bounds: counted from the start up to the symbolic operand, from
+    the end after it; the symbolic operand's part drops the static ones from each
+    end, which egad/ir/shapes.py slice_dim names by the operand's own dim."""
+    if sizes[k] == 0:
+        return slice(0, 0)
+    symbolic = next((j for j, size in enumerate(sizes) if not isinstance(size, int)), len(sizes))
+    before, after = sum(sizes[:min(k, symbolic)]), sum(sizes[max(k, symbolic) + 1:])
+    if k < symbolic:
+        return slice(before, before + sizes[k])
+    stop = -after if after else None
+    return slice(before, stop) if k == symbolic else slice(-(after + sizes[k]), stop)
 
 
 def _slice_rule(types, attrs):

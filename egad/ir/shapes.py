@@ -21,7 +21,12 @@ def broadcast_shapes(*shapes: tuple[Dim, ...]) -> tuple[Dim, ...]:
         sizes = {s[axis] for s in padded} - {1}
         if len(sizes) > 1:
             shown = " and ".join(str(tuple(s)) for s in shapes)
-            raise ShapeError(f"shapes {shown} do not broadcast (axis {axis - rank}: sizes {sorted(map(str, sizes))})")
+            why = ("; a symbolic length is known by how it was made (x[1:] and enp.arange(1, T) are both 'T-1' "
+                   "long, enp.concatenate([a, x]) is 'T+1' long for a of length 1) and these cannot be proven "
+                   "equal for every size: make both from the same slices, or trace with static sizes"
+                   ) if any(isinstance(size, str) for size in sizes) else ""
+            raise ShapeError(f"shapes {shown} do not broadcast (axis {axis - rank}: sizes {sorted(map(str, sizes))})"
+                             + why)
         result.append(sizes.pop() if sizes else 1)
     return tuple(result)
 
@@ -77,6 +82,30 @@ def shorter_dim(dim) -> tuple[str, int] | None:
     return (shorter["base"], int(shorter["dropped"])) if shorter else None
 
 
+_GROWN_DIM = re.compile(r"(?P<base>.+)\+(?P<added>[0-9]+)")
+
+
+def grown_dim(dim) -> tuple[str, int] | None:
+    """(D, c) for a concatenation's dim `D+c` (a symbolic part D joined with c static
+    elements, exactly D + c long), else None."""
+    grown = _GROWN_DIM.fullmatch(dim) if isinstance(dim, str) else None
+    return (grown["base"], int(grown["added"])) if grown else None
+
+
+def joined_dim(dims) -> Dim:
+    """The length of a concatenation of axes of lengths `dims`: their sum, named
+    `A+B+c` when symbolic (symbolic parts sorted, static ones summed into c). A part
+    that is itself a sum or a difference is parenthesized when there are several, so
+    that `T+(U-1)` (T + max(U - 1, 0)) is not read as max(T + U - 1, 0)."""
+    static = sum(d for d in dims if isinstance(d, int))
+    parts = sorted(str(d) for d in dims if isinstance(d, str))
+    if not parts:
+        return static
+    if len(parts) > 1:
+        parts = [f"({part})" if ("+" in part or "-" in part) else part for part in parts]
+    return "+".join(parts) + (f"+{static}" if static else "")
+
+
 def ends_dropped(start, stop, step) -> int | None:
     """How many elements `[start:stop:step]` drops from the two ends of an axis of any
     length (`[1:]`, `[:-1]`, `[2:-3]`), or None for another kind of slice."""
@@ -85,18 +114,43 @@ def ends_dropped(start, stop, step) -> int | None:
     return None
 
 
+def _within_first_or_last(start, stop, step, at_least: int) -> int | None:
+    """The static length of `[start:stop]` on an axis known to be at least `at_least`
+    long, when both bounds fall in its first `at_least` elements (`[1:3]`) or in its
+    last (`[-3:-1]`); else None."""
+    if step not in (None, 1):
+        return None
+    if start is None and stop is not None and stop >= 0:
+        start = 0
+    if start is not None and stop is not None and 0 <= start <= stop <= at_least:
+        return stop - start
+    if start is not None and start < 0 and (stop is None or start <= stop < 0) and -start <= at_least:
+        return (0 if stop is None else stop) - start
+    return None
+
+
 def slice_dim(dim: Dim, start, stop, step) -> Dim:
     """Length of `range(dim)[start:stop:step]`; for a symbolic dim a derived symbol.
 
     Slices that drop k elements from the ends (`x[1:]`, `x[:-1]`, `x[2:-3]`) are named
     by what is left, `T-k`, so `x[1:] - x[:-1]` broadcasts; a whole axis reversed is
-    `T`. Both are max(T - k, 0) long, like any slice of a shorter axis."""
+    `T`. Both are max(T - k, 0) long, like any slice of a shorter axis. On a
+    concatenation's axis `D+c`, at least c long: dropping k <= c elements leaves
+    `D+(c-k)`, and a slice within its first or last c elements has a static length
+    (the parts of a concatenation's gradient)."""
     if isinstance(dim, int):
         return len(range(dim)[slice(start, stop, step)])
     if (start, stop, step) == (None, None, -1):  # every element, reversed
         return dim
+    grown = grown_dim(dim)
+    within = grown and _within_first_or_last(start, stop, step, grown[1])
+    if within is not None:
+        return within
     dropped = ends_dropped(start, stop, step)
     if dropped is not None:
+        if grown and dropped <= grown[1]:  # (D+c)[1:]: max(D + c - 1, 0) = D + c - 1, as D >= 0
+            base, added = grown
+            return base if dropped == added else f"{base}+{added - dropped}"
         shorter = shorter_dim(dim)
         if shorter:  # T-1 sliced again: max(max(T-1, 0) - 1, 0) = max(T-2, 0)
             dim, dropped = shorter[0], dropped + shorter[1]

@@ -66,3 +66,65 @@ def test_a_tvm_failure_is_a_build_error_naming_the_program(monkeypatch):
         build(program, cache=BuildCache(None))
     assert isinstance(raised.value.__cause__, RuntimeError)
     assert "defect in egad" in str(raised.value)
+
+
+def check_compiled_and_differences(function, lengths=(0, 1, 2, 7)):
+    """The gradient program compiled (rules=()) against the interpreter, and the
+    interpreter's gradient against central differences, at each length."""
+    program = egad.trace(function, egad.Spec(("T",), "float64"))
+    gradient = egad.value_and_grad(program)
+    compiled = build(gradient, cache=BuildCache(None))
+    for length in lengths:
+        x = np.linspace(-1.0, 1.0, length)
+        want = egad.interpret(gradient, x)
+        assert_trees_close(compiled(x), want, rtol=1e-12, atol=1e-12, context=f"T={length}")
+        eps, basis = 1e-6, np.eye(length)
+        differences = [(egad.interpret(program, x + eps * e) - egad.interpret(program, x - eps * e)) / (2 * eps)
+                       for e in basis]
+        np.testing.assert_allclose(want[1][0], np.array(differences).reshape(length), atol=1e-6)
+
+
+def test_arange_from_k_to_a_symbolic_length_is_as_long_as_the_slice_from_k():
+    """enp.arange(k, T) and x[k:] are both max(T - k, 0) long: one dim, `T-k`, so they
+    broadcast (a fresh dim for the arange once refused `x[1:] * enp.arange(1, T)`)."""
+    program = egad.trace(lambda x: x[1:][2:] * enp.arange(3, x.shape[0]), egad.Spec(("T",), "float64"))
+    assert program.region.results[0].type.shape == ("T-3",)
+    check_compiled_and_differences(lambda x: enp.sum(x[1:] * enp.arange(1, x.shape[0]) * enp.sin(x[:-1])))
+
+
+@pytest.mark.parametrize("padded", [
+    lambda x: enp.concatenate([x, enp.zeros(2)]),
+    lambda x: enp.concatenate([enp.ones(1), x, enp.arange(3.0)]),
+    lambda x: enp.concatenate([enp.zeros(0), x[1:], enp.ones(2), enp.zeros(0)]),
+], ids=["after", "both-sides", "empty-parts"])
+def test_the_gradient_of_a_symbolic_axis_padded_with_static_parts_compiles(padded):
+    """A concatenation along a symbolic axis with static parts beside one symbolic
+    operand (`T+2`): its gradient slices the cotangent by static bounds, the symbolic
+    operand's part named by its own dim (once refused)."""
+    check_compiled_and_differences(lambda x: enp.sum(enp.sin(padded(x)) * enp.cos(padded(x))))
+
+
+def test_slices_of_a_padded_axis_have_the_dims_they_must():
+    """On an axis `T+3` (at least 3 long), dropping up to 3 elements from the ends
+    leaves `T+...`, and a slice within its first or last 3 elements is static; the
+    slices build (TVM's own strided_slice, which fuses with the concatenation)."""
+    def slices(x):
+        padded = enp.concatenate([enp.ones(1), x, enp.zeros(2)])
+        return padded[1:-2] + x, padded[1:], padded[:2], padded[-2:]
+
+    program = egad.trace(slices, egad.Spec(("T",), "float64"))
+    assert [v.type.shape for v in program.region.results] == [("T",), ("T+2",), (2,), (2,)]
+    compiled = build(program, cache=BuildCache(None))
+    for length in (0, 1, 5):
+        x = np.linspace(-1.0, 1.0, length)
+        assert_trees_close(compiled(x), egad.interpret(program, x), rtol=0, atol=0, context=f"T={length}")
+
+
+def test_a_sum_of_dims_is_not_read_as_a_slice_of_their_sum():
+    """`T+(U-1)` (T + max(U - 1, 0)) and `T+U-1` (max(T + U - 1, 0)) differ when U = 0:
+    the concatenation's dim keeps its parts apart, so the two never broadcast."""
+    def both(x, y):
+        return enp.concatenate([x, y[1:]]), enp.concatenate([x, y])[1:]
+
+    program = egad.trace(both, egad.Spec(("T",), "float64"), egad.Spec(("U",), "float64"))
+    assert [v.type.shape for v in program.region.results] == [("T+(U-1)",), ("T+U-1",)]
