@@ -279,7 +279,8 @@ def build_all(programs: list[Program], target="llvm", cache: BuildCache | None =
                for k, entry in enumerate(entries) if entry is None and first_of[keys[k]] == k}
 
     def finish(k: int) -> Entry:
-        entry = cache.put(keys[k], Entry(_compile(modules[k], resolved, programs[k].name), modules[k].script(), "built"))
+        library = _compile(modules[k], resolved, programs[k].name)
+        entry = cache.put(keys[k], Entry(library, modules[k].script(), "built"))
         if resolved.is_cpu:
             relax.VirtualMachine(entry.executable, tvm.cpu())  # generates the machine code now, not at the first call
         return entry
