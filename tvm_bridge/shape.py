@@ -82,11 +82,35 @@ def _slice(bb, args, attrs, binding):
         step = 1 if step is None else step
         axes.append(axis)
         begins.append(start if start is not None else (0 if step > 0 else _HUGE))
+        if stop is None and step > 0 and x_type.shape[axis] in FunctionScope.symbols:
+            stop = FunctionScope.symbols[x_type.shape[axis]]  # not _HUGE: TVM's length arithmetic overflows int64
         ends.append(stop if stop is not None else (_HUGE if step > 0 else -_HUGE))
         strides.append(step)
     if not axes:
         return x
-    return R.strided_slice(x, axes, begins, ends, strides)
+    sliced = R.strided_slice(x, axes, begins, ends, strides)
+    out_type = binding.outputs[0].type
+    if out_type.is_static or all(isinstance(x_type.shape[axis], int) for axis in axes):
+        return sliced
+    return _named_dims(bb, bb.emit(sliced), out_type)
+
+
+def _named_dims(bb, sliced, out_type):
+    """A bounded or strided slice of a symbolic axis (x[:3], x[::2]) with the IR's dims
+    (`T[:3]`), so that x[:3] and the rows of its gradient (iota(T)[:3]) are one shape
+    to Relax: a dim the function does not have yet is the length Relax inferred (an
+    expression of T; a variable bound to it instead would be replaced by it in Relax
+    but not in kernels, which FuseTIR refuses); one it has, or one Relax could not
+    infer, is matched (checked at run time)."""
+    inferred = sliced.ty.shape.values if isinstance(sliced.ty.shape, relax.ShapeExpr) else None
+    symbols = FunctionScope.symbols
+    for k, dim in enumerate(out_type.shape):
+        if isinstance(dim, str) and dim not in symbols and inferred is not None:
+            symbols[dim] = inferred[k]
+    dims = [d if isinstance(d, int) else symbol_var(symbols, d) for d in out_type.shape]
+    if inferred is not None and all(isinstance(d, int) or d.same_as(i) for d, i in zip(dims, inferred)):
+        return sliced
+    return bb.match_cast(sliced, relax.TensorType(dims, out_type.dtype))
 
 
 def _symbolic_ends_dropped(bb, x, x_type, axis: int, start: int, dropped: int, dim: str):
