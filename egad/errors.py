@@ -69,8 +69,8 @@ class RuleFileError(EgadError):
 
 
 class BuildError(EgadError, RuntimeError):
-    """TVM failed to compile a program egad lowered: a defect in egad's lowering (or
-    TVM), not in the user's program; the TVM error is chained as its cause."""
+    """A program could not be lowered to Relax or compiled by TVM: a defect in egad's
+    lowering (or TVM), not in the user's program; the error is chained as its cause."""
 
 
 class VerifyError(EgadError):

@@ -245,13 +245,22 @@ def _compile(module, target: ResolvedTarget, name: str = "main"):
         raise _build_error(error, name, target) from error
 
 
-def _build_error(error: Exception, name: str, target: ResolvedTarget) -> BuildError:
+def _lower(program: Program, target: ResolvedTarget):
+    try:
+        return lower(program, checks_in_kernels=target.is_cpu)
+    except EgadError:
+        raise
+    except Exception as error:  # noqa: BLE001 - TVM's BlockBuilder checks, or egad's own lowering code
+        raise _build_error(error, program.name, target, "lower") from error
+
+
+def _build_error(error: Exception, name: str, target: ResolvedTarget, step: str = "compile") -> BuildError:
     lines = str(error).strip().splitlines()
     return BuildError(message(
-        f"TVM could not compile program {name!r} as egad lowered it for {target.kind}: "
+        f"egad could not {step} program {name!r} for {target.kind}: "
         f"{lines[-1] if lines else type(error).__name__}",
-        instead="this is a defect in egad, not in your program: please report it with print(program) and TVM's error "
-                "(printed above this one); meanwhile another target, or egad.optimize with other rules, may build"))
+        instead="this is a defect in egad, not in your program: please report it with print(program) and the error "
+                "printed above this one; meanwhile another target, or egad.optimize with other rules, may build"))
 
 
 def build(program: Program, target="llvm", cache: BuildCache | None = None) -> Compiled:
@@ -275,8 +284,8 @@ def build_all(programs: list[Program], target="llvm", cache: BuildCache | None =
     keys = [cache_key(program, resolved) for program in programs]
     entries = [cache.get(key) for key in keys]
     first_of = {key: k for k, key in reversed(list(enumerate(keys)))}  # a program given twice is built once
-    modules = {k: lower(programs[k], checks_in_kernels=resolved.is_cpu)
-               for k, entry in enumerate(entries) if entry is None and first_of[keys[k]] == k}
+    modules = {k: _lower(programs[k], resolved) for k, entry in enumerate(entries)
+               if entry is None and first_of[keys[k]] == k}
 
     def finish(k: int) -> Entry:
         library = _compile(modules[k], resolved, programs[k].name)

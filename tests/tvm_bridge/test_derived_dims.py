@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import tvm
 
 import egad
 import egad.numpy as enp
@@ -51,21 +50,6 @@ def test_the_optimizer_builds_a_dim_defined_mid_function():
     assert_trees_close(optimized(x), egad.interpret(egad.value_and_grad(program), x), rtol=1e-12, atol=1e-12)
     (optimization,) = optimized.optimizations
     assert "failed to build" not in (optimization.fallback or "")
-
-
-def test_a_tvm_failure_is_a_build_error_naming_the_program(monkeypatch):
-    """Without the reordering the block stays misordered and TVM's VMShapeLower fails:
-    the user gets an egad.BuildError naming the program and TVM's reason, with TVM's
-    error chained as its cause."""
-    from egad.tvm_bridge import fusion
-
-    keep_order = tvm.transform.module_pass(lambda mod, _context: mod, opt_level=0, name="KeepOrder")
-    monkeypatch.setattr(fusion, "order_after_shape_definitions", keep_order)
-    program = egad.trace(sums_of_aranges, egad.Spec(("T",), "float64"))
-    with pytest.raises(egad.BuildError, match=r"'sums_of_aranges'.*\n?.*has not been computed") as raised:
-        build(program, cache=BuildCache(None))
-    assert isinstance(raised.value.__cause__, RuntimeError)
-    assert "defect in egad" in str(raised.value)
 
 
 def check_compiled_and_differences(function, lengths=(0, 1, 2, 7)):
