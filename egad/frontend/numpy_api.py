@@ -153,6 +153,21 @@ def _weak_traced_int(value) -> bool:
     return is_tracer(value) and value.type.weak and is_int(value.type.dtype)
 
 
+def _size_sum_symbol(a, b) -> str | None:
+    """The dim a sum of sizes is (`x.shape[0] + 2` is `T+2`, as long as
+    enp.concatenate([x, two]) is), so that enp.zeros(x.shape[0] + 2) has that dim; None
+    unless both are sizes: a symbolic dim's traced size or a static int >= 0."""
+    parts = []
+    for value in (a, b):
+        if is_tracer(value) and value._symbol:
+            parts.append(value._symbol)
+        elif isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= 0:
+            parts.append(int(value))
+        else:
+            return None
+    return shapes.joined_dim(parts)
+
+
 def _binary(op_name: str, numpy_name: str, *, bool_op: str | None = None, float_only: bool = False,
             keep_weak: bool = False):
     def fn(a, b):
@@ -172,7 +187,10 @@ def _binary(op_name: str, numpy_name: str, *, bool_op: str | None = None, float_
                                            instead="convert with .astype('int64') first"))
         elif dtype == "bool":
             name = {"maximum": "logical_or", "minimum": "logical_and"}.get(op_name, op_name)
-        return apply1(name, [cast_to(a, dtype, weak), cast_to(b, dtype, weak)], weak=weak and keep_weak)
+        result = apply1(name, [cast_to(a, dtype, weak), cast_to(b, dtype, weak)], weak=weak and keep_weak)
+        if op_name == "add" and is_tracer(result):
+            result._symbol = _size_sum_symbol(a, b)
+        return result
 
     fn.__name__ = numpy_name
     fn.__doc__ = f"numpy's {numpy_name} with numpy 2 promotion (Python scalars are weak)."

@@ -97,8 +97,16 @@ def joined_dim(dims) -> Dim:
     `A+B+c` when symbolic (symbolic parts sorted, static ones summed into c). A part
     that is itself a sum or a difference is parenthesized when there are several, so
     that `T+(U-1)` (T + max(U - 1, 0)) is not read as max(T + U - 1, 0)."""
-    static = sum(d for d in dims if isinstance(d, int))
-    parts = sorted(str(d) for d in dims if isinstance(d, str))
+    static, parts = 0, []
+    for dim in dims:
+        while isinstance(dim, str) and grown_dim(dim):  # `T+3` and 2 more are `T+5`
+            dim, added = grown_dim(dim)
+            static += added
+        if isinstance(dim, int):
+            static += dim
+        else:
+            parts.append(dim)
+    parts.sort()
     if not parts:
         return static
     if len(parts) > 1:

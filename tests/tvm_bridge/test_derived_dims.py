@@ -112,3 +112,18 @@ def test_a_sum_of_dims_is_not_read_as_a_slice_of_their_sum():
 
     program = egad.trace(both, egad.Spec(("T",), "float64"), egad.Spec(("U",), "float64"))
     assert [v.type.shape for v in program.region.results] == [("T+(U-1)",), ("T+U-1",)]
+
+
+def test_a_size_plus_a_count_is_the_dim_of_a_padded_axis():
+    """`x.shape[0] + 3` is `T+3`, as a concatenation of x with three more elements is,
+    so the arrays made from it broadcast with the padded axis (a fresh dim once
+    refused); `(T + 1) + 2` is `T+3` too."""
+    def weighted_padding(x):
+        T = x.shape[0]
+        padded = enp.concatenate([enp.ones(1), x, enp.zeros(2)])
+        return enp.sum(padded ** 2 * enp.arange(T + 3)) + enp.sum(enp.full((T + 1) + 2, 0.5) * padded)
+
+    program = egad.trace(weighted_padding, egad.Spec(("T",), "float64"))
+    assert {b.outputs[0].type.shape for b in program.region.bindings if b.op in ("iota", "full", "concat")} == {
+        ("T+3",)}
+    check_compiled_and_differences(weighted_padding)
