@@ -75,9 +75,9 @@ def test_builds_on_threads_run_with_the_garbage_collector_paused(monkeypatch):
     seen = []
     compile_one = build_module._compile
 
-    def recording(module, target):
+    def recording(module, target, name):
         seen.append(gc.isenabled())
-        return compile_one(module, target)
+        return compile_one(module, target, name)
 
     monkeypatch.setattr(build_module, "_compile", recording)
     assert gc.isenabled()

@@ -210,11 +210,14 @@ def test_matmul_is_tiled_parallel_and_vectorized():
 
 def test_many_rows_are_cut_into_blocks_that_every_column_tile_reads():
     """(4096 x 128) @ (128 x 256): blocks of 256 rows (MATMUL_BLOCK_ELEMENTS at depth
-    128), 16 of them, the parallel loop over blocks x column tiles."""
+    128), 16 of them, the parallel loop over blocks x column tiles (two float32 vectors
+    wide: 16 tiles of 16 columns with AVX2, 8 of 32 with AVX-512)."""
+    lanes = schedule._vector_bits(resolve("llvm").tvm_target) // 32
+    column_tiles = 256 // (schedule.MATMUL_VECTORS_PER_TILE * lanes)
     (func,) = scheduled_prim_funcs(matmul, f32(4096, 128), f32(128, 256)).values()
-    assert re.search(r"in T\.parallel\(T\.int64\(256\)\)", func.script())  # 16 blocks x 16 column tiles
+    assert re.search(rf"in T\.parallel\(T\.int64\({16 * column_tiles}\)\)", func.script())
     (few_rows,) = scheduled_prim_funcs(matmul, f32(64, 128), f32(128, 256)).values()
-    assert re.search(r"in T\.parallel\(T\.int64\(16\)\)", few_rows.script())  # one block: column tiles
+    assert re.search(rf"in T\.parallel\(T\.int64\({column_tiles}\)\)", few_rows.script())  # one block
 
 
 def test_transposed_operand_is_read_in_place_by_the_matmul():
