@@ -116,6 +116,13 @@ def _binary(bb, args, attrs, binding):
         # numpy propagates NaN; TVM's max/min compare and select, which drops it
         either_nan = R.logical_or(R.isnan(a), R.isnan(b))
         return R.where(either_nan, R.add(a, b), _BINARY[binding.op](a, b))
+    elif dtype in FLOAT_DTYPES and binding.op in ("sub", "eq") and binding.inputs[0].uid == binding.inputs[1].uid:
+        # x - x and x == x of one value: once fused with what reads them, TVM's simplifier
+        # folds them (A[i] - A[i] to 0, A[i] == A[i] to True); numpy's are NaN where x is
+        # not finite, and False where x is NaN (where(x == x, x, 0) clears NaNs)
+        if binding.op == "eq":
+            return R.logical_not(R.isnan(a))
+        return R.where(R.isfinite(a), relax.const(0.0, dtype), relax.const(float("nan"), dtype))
     elif dtype in FLOAT_DTYPES and binding.op == "ne":
         # numpy's != is unordered (True beside NaN); TVM's is an ordered compare
         return R.logical_or(R.not_equal(a, b), R.logical_or(R.isnan(a), R.isnan(b)))

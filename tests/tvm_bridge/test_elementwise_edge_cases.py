@@ -1,5 +1,5 @@
 """Compiled elementwise ops agree with the interpreter (numpy) on their edge inputs:
-NaN through max/min/sign/argmax/!=, numpy's float divmod, integer division by 0
+NaN through max/min/sign/argmax/!= and x - x, x == x, numpy's float divmod, integer division by 0
 and INT_MIN // -1 without a trap, integer powers, comparisons of bools, any/all over
 an empty axis and float32 exp just below its overflow (tvm_bridge/elementwise.py,
 tvm_bridge/reduction.py)."""
@@ -119,6 +119,24 @@ def test_not_equal_is_unordered_and_so_is_float_truthiness(dtype):
 
     got, want = compiled_and_interpreted(lambda a, b: fn(enp, a, b), a, b)
     assert_same(got, want, [np.asarray(r) for r in with_numpy(fn, a, b)])
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_a_value_minus_or_compared_with_itself_keeps_nan(dtype):
+    """Fused with what reads them, x - x and x == x were folded by TVM's simplifier
+    (A[i] - A[i] to 0, A[i] == A[i] to True): numpy's are NaN beside inf and NaN, and
+    False for NaN, on which where(x == x, x, 0), the idiom that clears NaNs, rests.
+    Found by fuzzing."""
+    x = np.array([np.inf, np.nan, 1.0, -np.inf, -0.0, 3.0], dtype)
+
+    def fn(xp, x):
+        return (xp.sum(x - x), (x - x) + 1.0, xp.where(x == x, x, 0.0), xp.exp(x - x), x == x, x - x)
+
+    got, want = compiled_and_interpreted(lambda x: fn(enp, x), x)
+    numpy_results = [np.asarray(r) for r in with_numpy(fn, x)]
+    for g, w, n in zip(got, want, numpy_results, strict=True):  # NaN's sign bit is not numpy's to promise
+        np.testing.assert_array_equal(g, w)
+        np.testing.assert_array_equal(g, n)
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
