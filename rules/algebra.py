@@ -6,8 +6,10 @@ operand's shape and changes nothing else; floats are IEEE-754. Every rewrite her
 is exact, bit for bit, except where its why says otherwise: `add-zero` and
 `add-zeros`-like rules may turn a -0.0 result into +0.0 (the sign of a zero is not
 preserved, as in XLA's simplifier), and the `factor-*` rules round once less than
-the program did. A rewrite that changes a shape is wrong even where values agree,
-so shape conditions read `shape_of` (egad/egraph/analysis.py).
+the program did and, where a product overflows, need not overflow with it (a*b + a*c
+with a*b = inf and a*c = -inf is NaN; a*(b + c) may be finite). A rewrite that
+changes a shape is wrong even where values agree, so shape conditions read
+`shape_of` (egad/egraph/analysis.py).
 """
 from __future__ import annotations
 
@@ -98,7 +100,8 @@ ALGEBRA.rewrites(
     rewrite(op.broadcast_to(x, shape=shape)).to(x, eq(shape_of(x)).to(shape)))
 
 ALGEBRA.rewrites(
-    "factor-mul", "a*b + a*c = a*(b + c): one multiply fewer (rounds once less; shapes broadcast alike)",
+    "factor-mul", "a*b + a*c = a*(b + c): one multiply fewer (rounds once less, and a product that "
+                  "overflowed may not; shapes broadcast alike)",
     rewrite(op.add(op.mul(a, b), op.mul(a, c))).to(op.mul(a, op.add(b, c))),
     rewrite(op.add(op.mul(b, a), op.mul(c, a))).to(op.mul(op.add(b, c), a)))
 

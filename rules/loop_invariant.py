@@ -13,7 +13,9 @@ invariant part becomes a subterm of its own, which placement then hoists. They
 assume the `invariant_in(x, r)` facts of egad/egraph/analysis.py (x is read inside
 loop r and reads none of r's Args) and keep shapes: the broadcast shape of a product
 does not depend on its association, and matmul associates for rank-2 factors.
-Reassociating floats rounds differently; the cost model decides if it pays.
+Reassociating floats rounds differently, and where an intermediate overflows the
+two orders differ beyond rounding ((h * 2) * 0.5 is inf for h = 3e38 in float32,
+h * (2 * 0.5) is h); the cost model decides if it pays.
 """
 from __future__ import annotations
 
