@@ -387,6 +387,23 @@ def test_a_chain_of_polynomials_is_scheduled_without_copying_each_into_the_next(
     check_against_interpreter(tanh_chain, f32(64, 64))
 
 
+def diamond_chain(a):
+    for _ in range(16):  # each step reads a twice, once in each of two ops
+        a = enp.sin(a) * 0.5 + enp.cos(a) * 0.5
+    return a
+
+
+def test_a_chain_of_values_each_read_by_two_ops_is_not_copied_into_both():
+    """Inlined into both of its readers, each step doubled the kernel (12 steps took
+    1.6 s to build, 16 would have been 2**16 copies of the first): found by fuzzing.
+    Inlining stops where an expression would grow past MAX_INLINED_EXPRESSION."""
+    x = np.random.default_rng(0).uniform(-1, 1, (64, 64))
+    (func,) = scheduled_prim_funcs(diamond_chain, x).values()
+    assert func.attrs["egad.schedule_rule"] == "elementwise-parallel-vector"
+    assert len(func.script()) < 200_000
+    check_against_interpreter(diamond_chain, x)
+
+
 def test_sum_over_rows_is_parallel_over_columns_and_vectorized():
     funcs = scheduled_prim_funcs(sum_rows, f32(300, 256))
     assert rules_applied(funcs) == {"reduction-parallel-spatial"}
