@@ -70,7 +70,9 @@ run over the snapshot), with symbolic dims replaced by the same guesses.
 """
 from __future__ import annotations
 
+import contextvars
 import dataclasses
+import time
 from collections import defaultdict, deque
 from typing import Mapping, NamedTuple
 
@@ -122,33 +124,57 @@ class PredictedCost:
     total: float  # seconds + tape_bytes x the target's tape_byte_seconds: what extraction minimizes
 
 
-def extract(encoding: Encoding, snapshot: Snapshot, model: CostModel | None = None) -> Extraction:
+class ExtractionTimeLimit(Exception):
+    """Extraction ran past its time limit before it had any extraction to give."""
+
+
+# When the extraction under way must stop (time.perf_counter()), or None: per thread.
+_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("egad_extraction_deadline", default=None)
+
+
+def _past_deadline() -> bool:
+    deadline = _DEADLINE.get()
+    return deadline is not None and time.perf_counter() > deadline
+
+
+def extract(encoding: Encoding, snapshot: Snapshot, model: CostModel | None = None,
+            seconds: float | None = None) -> Extraction:
     """The cheapest scope-correct extraction of the program's results under `model`
-    (default: CPU constants, critical path on).
+    (default: CPU constants, critical path on). `seconds`: a time limit; past it the
+    alternatives not yet tried are left out (the best extraction so far is returned),
+    and an extraction that has none yet raises ExtractionTimeLimit.
 
         extraction = extract(encoding, Snapshot.of(encoding.egraph), CostModel.for_target("cuda"))
     """
-    model = model or CostModel()
+    token = _DEADLINE.set(time.perf_counter() + seconds) if seconds is not None else None
+    try:
+        return _extract(encoding, snapshot, model or CostModel())
+    finally:
+        if token is not None:
+            _DEADLINE.reset(token)
+
+
+def _extract(encoding: Encoding, snapshot: Snapshot, model: CostModel) -> Extraction:
     extractor, extraction, banned = _linear_in_tapes(_Extractor(encoding, snapshot, model), frozenset())
-    best = extractor.program_cost(extraction.roots).total
-    for group in _copied_loops_taken(encoding, snapshot, extraction):
+    best = (extractor.program_cost(extraction.roots).total, extractor, extraction, banned)
+
+    def cheaper_without(group: frozenset, best: tuple) -> tuple:
+        """`best`, or the extraction with `group` banned too where that is cheaper."""
+        _, extractor, _, banned = best
         try:
             option, chosen, option_banned = _linear_in_tapes(extractor.without(banned | group), banned | group)
         except EgadError:
-            continue
-        cost = option.program_cost(chosen.roots).total
-        if cost < best:
-            best, extractor, extraction, banned = cost, option, chosen, option_banned
-    for group in _shared_alternatives(extractor, extraction)[:MAX_SHARING_TRIES]:
-        try:
-            option, chosen, option_banned = _linear_in_tapes(
-                extractor.without(banned | group), banned | group)
-        except EgadError:
-            continue
-        cost = option.program_cost(chosen.roots).total
-        if cost < best:
-            best, extractor, extraction, banned = cost, option, chosen, option_banned
-    return extraction
+            return best
+        return min(best, (option.program_cost(chosen.roots).total, option, chosen, option_banned), key=lambda c: c[0])
+
+    try:
+        for group in _copied_loops_taken(encoding, snapshot, extraction):
+            best = cheaper_without(group, best)
+        for group in _shared_alternatives(best[1], best[2])[:MAX_SHARING_TRIES]:
+            best = cheaper_without(group, best)
+    except ExtractionTimeLimit:
+        pass  # the alternatives not tried are left out: the best extraction so far
+    return best[2]
 
 
 # Greedy extraction prices each class alone, so a value that several classes could share
@@ -589,8 +615,12 @@ class _Extractor:
 
     def solve(self) -> None:
         budget = 200 * max(len(self.nodes), 1) + 10 * len(self.states)
-        while self.queue and budget > 0:
-            budget -= 1
+        for step in range(budget):
+            if not self.queue:
+                break
+            if step % 1024 == 0 and _past_deadline():  # the clock read at the first step, then every 1024
+                raise ExtractionTimeLimit(f"extraction stopped by its time limit with {len(self.queue)} classes "
+                                          "still to price")
             key = self.queue.popleft()
             self.queued.discard(key)
             cid, context = key

@@ -37,6 +37,10 @@ from .pytree import flatten
 
 # Optimize + build should take seconds, not minutes (issue 5: <= 5 s per corpus program).
 DEFAULT_SECONDS = 3.0
+# Extraction's own time limit (GNMT-lite small takes 2.4 s on a 2-core EPYC): past it,
+# the alternatives not yet tried are left out, or, with no extraction yet, the program
+# as written is built (100 nested egad.cond took 136 s to extract; found by fuzzing).
+EXTRACT_SECONDS = 20.0
 
 
 @dataclasses.dataclass
@@ -151,7 +155,7 @@ def _optimize(program, families, names, target, limits, check_args, memory_limit
               trip_guesses=None) -> Optimization:
     from .egraph import Snapshot, decode, encode, extract_inserted, saturate
     from .egraph.record import EGraphRecord
-    from .extract import CostModel, extract, predicted_cost
+    from .extract import CostModel, ExtractionTimeLimit, extract, predicted_cost
 
     result = Optimization(program, program, names)
     timings = result.timings
@@ -171,7 +175,7 @@ def _optimize(program, families, names, target, limits, check_args, memory_limit
         origins = encoding.provenance.resolve(snapshot)
         original = extract_inserted(snapshot, origins, encoding.roots)
         result.predicted_before = predicted_cost(encoding, snapshot, original, model)
-        extraction = extract(encoding, snapshot, model)
+        extraction = extract(encoding, snapshot, model, seconds=EXTRACT_SECONDS)
         result.predicted_after = predicted_cost(encoding, snapshot, extraction, model)
         result.chosen = Counter(origins[node].site.name for node in extraction.choice.values()
                                 if node in origins and origins[node].site.name != "input")
@@ -189,6 +193,11 @@ def _optimize(program, families, names, target, limits, check_args, memory_limit
                                                    (optimized, extraction))
             timings["fit memory"] = time.perf_counter() - started
         result.graph = EGraphRecord.of(encoding, snapshot, origins, original, extraction, model)
+    except ExtractionTimeLimit:
+        result.fallback = f"extraction stopped by its time limit ({EXTRACT_SECONDS:g} s, " \
+                          f"{result.saturation.nodes} e-nodes); the original program is built"
+        timings["extract"] = time.perf_counter() - started
+        return result
     except (EgadError, RecursionError, RuntimeError, ValueError, KeyError, TypeError) as error:
         # egglog raises plain exceptions; any failure here is the optimizer's, not the user's
         result.fallback = f"the optimizer failed ({type(error).__name__}: {_first_line(error)}); " \
@@ -236,7 +245,8 @@ def _within_memory(result, encoding, snapshot, origins, model, memory_limit: int
         return fastest
 
     def priced(price: float) -> tuple:
-        extraction = extract(encoding, snapshot, dataclasses.replace(model, held_byte_seconds=price))
+        extraction = extract(encoding, snapshot, dataclasses.replace(model, held_byte_seconds=price),
+                             seconds=EXTRACT_SECONDS)
         program = decode(encoding, snapshot, extraction, origins)
         return program, extraction, kept_bytes(program), price
 

@@ -235,6 +235,19 @@ def _failing_first(real):
     return compile_
 
 
+def test_an_extraction_past_its_time_limit_falls_back_and_says_so(monkeypatch):
+    """Extraction has a time limit of its own (100 nested egad.cond once took 136 s to
+    extract): with none left, the program as written is used and the report says why."""
+    from egad import optimizer
+
+    monkeypatch.setattr(optimizer, "EXTRACT_SECONDS", 0.0)
+    gradient = egad.value_and_grad(egad.trace(gated_rnn, *gated_args(T=5)), wrt=(0,))
+    result = optimize_program(gradient, ["algebra", "fusion"])
+    assert result.program is gradient
+    assert result.fallback.startswith("extraction stopped by its time limit (0 s, ")
+    assert "extract" in result.timings
+
+
 def test_a_failing_rule_falls_back_and_says_why():
     args = gated_args()
     f = egad.optimize(egad.trace(gated_rnn, *args), wrt=(0,), rules=["algebra", FAILING])
