@@ -4,10 +4,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import inspect
+import sys
 
 import numpy as np
 
-from ..errors import ArgumentError, EgadError, message
+from ..errors import ArgumentError, EgadError, UnsupportedError, message
 from ..ir.program import ArgSignature, Program, Region
 from ..ir.types import Dim, TensorType, canonical_dtype
 from ..ir.verify import verify
@@ -151,7 +152,16 @@ def trace(fn, *args, static_argnums=(), convert: bool = False) -> Program:
             call_args.append(unflatten(tree, tracers))
             trees.append(tree)
             static_values.append(None)
-        out = fn(*call_args)
+        try:
+            out = fn(*call_args)
+        except RecursionError:
+            raise UnsupportedError(message(
+                f"tracing {getattr(fn, '__name__', 'the function')} went past Python's recursion limit "
+                f"({sys.getrecursionlimit()} frames): its loops and branches nest too deep (each level of "
+                "egad.fori_loop, while_loop, scan or cond takes about seven frames), or it recurses without end",
+                where=location.long(),
+                instead="nest fewer levels (a loop over a stacked array instead of a loop per level), or raise "
+                        "the limit with sys.setrecursionlimit before egad.trace")) from None
         out_leaves, out_tree = flatten(out)
         try:
             with located_at(location):  # constants returned as Python values belong to fn, not the caller

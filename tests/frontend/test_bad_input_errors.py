@@ -215,3 +215,24 @@ def test_a_matmul_of_bools_says_bools_are_the_matter():
     a = np.ones((2, 3), bool)
     with pytest.raises(egad.ShapeError, match="matmul of bool operands .* cast them to int or float"):
         egad.trace(lambda x, y: x @ y, a, a.T)
+
+
+def nested_loops(depth):
+    def loss(x):
+        def level(d, x):
+            if d == depth:
+                return x * 1.01
+            return egad.fori_loop(0, 1, lambda i, a: level(d + 1, a), x)
+
+        return enp.sum(level(0, x))
+
+    return loss
+
+
+def test_nesting_past_pythons_recursion_limit_is_an_egad_error_and_tracing_goes_on():
+    """150 nested loops raised a bare RecursionError from deep inside the tracer. Found by fuzzing."""
+    with pytest.raises(egad.UnsupportedError, match="recursion limit .* nest too deep") as raised:
+        egad.trace(nested_loops(300), np.ones(2))
+    assert "sys.setrecursionlimit" in str(raised.value) and "test_bad_input_errors.py" in str(raised.value)
+    program = egad.trace(nested_loops(20), np.ones(2))  # nothing of the failed trace is left behind
+    np.testing.assert_allclose(egad.interpret(program, np.ones(2)), 2 * 1.01)
