@@ -70,6 +70,7 @@ run over the snapshot), with symbolic dims replaced by the same guesses.
 """
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import dataclasses
 import time
@@ -125,7 +126,7 @@ class PredictedCost:
 
 
 class ExtractionTimeLimit(Exception):
-    """Extraction ran past its time limit before it had any extraction to give."""
+    """Extraction (or pricing) ran past its time limit before it had a result to give."""
 
 
 # When the extraction under way must stop (time.perf_counter()), or None: per thread.
@@ -146,9 +147,17 @@ def extract(encoding: Encoding, snapshot: Snapshot, model: CostModel | None = No
 
         extraction = extract(encoding, Snapshot.of(encoding.egraph), CostModel.for_target("cuda"))
     """
+    with time_limit(seconds):
+        return _extract(encoding, snapshot, model or CostModel())
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float | None):
+    """Extractions and pricings inside stop `seconds` from now (ExtractionTimeLimit,
+    or the best extraction so far: `extract`); None keeps any limit set outside."""
     token = _DEADLINE.set(time.perf_counter() + seconds) if seconds is not None else None
     try:
-        return _extract(encoding, snapshot, model or CostModel())
+        yield
     finally:
         if token is not None:
             _DEADLINE.reset(token)

@@ -37,9 +37,9 @@ from .pytree import flatten
 
 # Optimize + build should take seconds, not minutes (issue 5: <= 5 s per corpus program).
 DEFAULT_SECONDS = 3.0
-# Extraction's own time limit (GNMT-lite small takes 2.4 s on a 2-core EPYC): past it,
-# the alternatives not yet tried are left out, or, with no extraction yet, the program
-# as written is built (100 nested egad.cond took 136 s to extract; found by fuzzing).
+# Extraction's own time limit, pricing included (GNMT-lite small takes 2.4 s on a 2-core
+# EPYC): past it, the alternatives not yet tried are left out, or, with no extraction
+# yet, the program as written is built (100 nested egad.cond took 136 s; found by fuzzing).
 EXTRACT_SECONDS = 20.0
 
 
@@ -155,7 +155,7 @@ def _optimize(program, families, names, target, limits, check_args, memory_limit
               trip_guesses=None) -> Optimization:
     from .egraph import Snapshot, decode, encode, extract_inserted, saturate
     from .egraph.record import EGraphRecord
-    from .extract import CostModel, ExtractionTimeLimit, extract, predicted_cost
+    from .extract import CostModel, ExtractionTimeLimit, extract, predicted_cost, time_limit
 
     result = Optimization(program, program, names)
     timings = result.timings
@@ -174,9 +174,10 @@ def _optimize(program, families, names, target, limits, check_args, memory_limit
         snapshot = Snapshot.of(encoding.egraph)
         origins = encoding.provenance.resolve(snapshot)
         original = extract_inserted(snapshot, origins, encoding.roots)
-        result.predicted_before = predicted_cost(encoding, snapshot, original, model)
-        extraction = extract(encoding, snapshot, model, seconds=EXTRACT_SECONDS)
-        result.predicted_after = predicted_cost(encoding, snapshot, extraction, model)
+        with time_limit(EXTRACT_SECONDS):  # pricing the program as written is as dear as extracting
+            result.predicted_before = predicted_cost(encoding, snapshot, original, model)
+            extraction = extract(encoding, snapshot, model)
+            result.predicted_after = predicted_cost(encoding, snapshot, extraction, model)
         result.chosen = Counter(origins[node].site.name for node in extraction.choice.values()
                                 if node in origins and origins[node].site.name != "input")
         timings["extract"] = time.perf_counter() - started
