@@ -334,10 +334,12 @@ def results_differ(got, want) -> str | None:
         # GNMT-lite's attention weights, 1e-11 beside a loss of 6) is the rounding residue
         # of sums of much larger terms, which any reassociation changes: it is compared
         # at SMALL_RESULT of the largest result. An error the size of a value above that
-        # is still caught.
-        scale = max(scales[k], SMALL_RESULT * largest)
+        # is still caught. Where every result is exactly zero (terms that cancel), the
+        # scale is sqrt(eps): compiled code's fused multiply-adds leave one product's
+        # rounding (3.7e-16 in float64) where numpy's a*b - a*b is 0.
+        scale = max(scales[k], SMALL_RESULT * largest) if largest > 0 else float(np.sqrt(np.finfo(w.dtype).eps))
         error = float(np.max(np.abs(g[finite] - w[finite]), initial=0.0))
-        if error > tolerance * max(scale, 1e-30):
+        if error > tolerance * scale:
             return f"result {k}: max difference {error:.3g} against values up to {scale:.3g}"
     return None
 

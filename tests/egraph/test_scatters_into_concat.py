@@ -133,3 +133,7 @@ def test_a_result_far_below_the_others_is_compared_at_a_floor_and_a_real_error_i
     assert "result 1" in results_differ([loss, cancelled * 3], [loss, cancelled])  # wrong, though tiny
     assert "result 0" in results_differ([loss * (1 + 1e-6), cancelled], [loss, cancelled])
     assert results_differ([noise, loss], [cancelled, loss]) is None  # the order does not matter
+    # results all exactly zero in the reference: a fused multiply-add's rounding is no difference
+    zeros = np.zeros(3)
+    assert results_differ([zeros + 3.7e-16], [zeros]) is None
+    assert "result 0" in results_differ([zeros + 1e-9], [zeros])
