@@ -21,14 +21,30 @@ def broadcast_shapes(*shapes: tuple[Dim, ...]) -> tuple[Dim, ...]:
         sizes = {s[axis] for s in padded} - {1}
         if len(sizes) > 1:
             shown = " and ".join(str(tuple(s)) for s in shapes)
-            why = ("; a symbolic length is known by how it was made (x[1:] and enp.arange(1, T) are both 'T-1' "
-                   "long, enp.concatenate([a, x]) is 'T+1' long for a of length 1) and these cannot be proven "
-                   "equal for every size: make both from the same slices, or trace with static sizes"
-                   ) if any(isinstance(size, str) for size in sizes) else ""
             raise ShapeError(f"shapes {shown} do not broadcast (axis {axis - rank}: sizes {sorted(map(str, sizes))})"
-                             + why)
+                             + _symbolic_hint(sizes))
         result.append(sizes.pop() if sizes else 1)
     return tuple(result)
+
+
+def _symbolic_hint(sizes) -> str:
+    """Why two symbolic lengths cannot broadcast, and what to write instead."""
+    if not any(isinstance(size, str) for size in sizes):
+        return ""
+    for size in sizes:
+        grown = grown_dim(size)
+        shorter = shorter_dim(grown[0]) if grown else None
+        if shorter and shorter[1] == grown[1] and shorter[0] in sizes:  # `T-1+1` beside `T`
+            return (f": {size} is max({shorter[0]} - {grown[1]}, 0) + {grown[1]}, not {shorter[0]} when "
+                    f"{shorter[0]} is 0; to shift by {grown[1]}, concatenate first and slice after "
+                    f"(enp.concatenate([first, x])[:-{grown[1]}] is {shorter[0]} long)")
+    named = sorted(size for size in sizes if isinstance(size, str) and size.isidentifier())
+    if len(named) > 1:
+        return (f"; {' and '.join(named)} are separate names, so egad cannot know they are one length: where they "
+                "are, give the egad.Spec dims one name")
+    return ("; a symbolic length is known by how it was made (x[1:] and enp.arange(1, T) are both 'T-1' long, "
+            "enp.concatenate([a, x]) is 'T+1' long for a of length 1) and these cannot be proven equal for every "
+            "size: make both from the same slices, or trace with static sizes")
 
 
 # The front end calls these on the user's axis arguments (op shape rules do not), so

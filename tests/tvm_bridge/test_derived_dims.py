@@ -127,3 +127,17 @@ def test_a_size_plus_a_count_is_the_dim_of_a_padded_axis():
     assert {b.outputs[0].type.shape for b in program.region.bindings if b.op in ("iota", "full", "concat")} == {
         ("T+3",)}
     check_compiled_and_differences(weighted_padding)
+
+
+def test_a_shift_written_slice_first_is_refused_with_the_form_that_keeps_the_length():
+    """enp.concatenate([first, x[:-1]]) is max(T - 1, 0) + 1 long, 1 when T is 0: the
+    message says so and gives the form that is T long, which traces and compiles."""
+    with pytest.raises(egad.ShapeError, match=r"T-1\+1 is max\(T - 1, 0\) \+ 1, not T when T is 0.*"
+                                              r"enp.concatenate\(\[first, x\]\)\[:-1\] is T long"):
+        egad.trace(lambda x: enp.sum(enp.concatenate([enp.zeros(1), x[:-1]]) * x), egad.Spec(("T",), "float64"))
+    check_compiled_and_differences(lambda x: enp.sum(enp.concatenate([enp.ones(1), x])[:-1] * enp.sin(x)))
+
+
+def test_two_spec_names_are_two_lengths_and_the_message_says_so():
+    with pytest.raises(egad.ShapeError, match="T and U are separate names"):
+        egad.trace(lambda x, y: x * y, egad.Spec(("T",), "float64"), egad.Spec(("U",), "float64"))
