@@ -52,6 +52,9 @@ class Optimized:
         self.builds = 0  # specializations made ready: compiled, or loaded from a cache
         self.origins = {"built": 0, "memory": 0, "disk": 0}
         self._specializations: dict[tuple, object] = {}
+        # a build for the traced shapes made before any call, with no inputs to check it on
+        # (`program`, `relax_text`): (compiled, the report records it added); calls never use it
+        self._preview: tuple | None = None
         # calls in several threads that need the same new specialization build it once
         self._specializing = threading.Lock()
         signature = program.signature
@@ -99,6 +102,11 @@ class Optimized:
         compiled = self._build(program, self.example_args if given else args)
         if key is not None:
             self._specializations[key] = compiled
+        if key == self._base_key and self._preview is not None:  # the checked build replaces the preview
+            _, records = self._preview
+            self.optimizations = [o for o in self.optimizations if not any(o is r for r in records)]
+            self.checkpoint_plans = [p for p in self.checkpoint_plans if not any(p is r for r in records)]
+            self._preview = None
         return compiled
 
     def _build(self, program: Program, check_args):
@@ -200,12 +208,23 @@ class Optimized:
         return compiled
 
     def _base(self):
+        """The build for the traced shapes: the one calls use, made now when
+        `example_args` give inputs to check and time it on; else, before the first call,
+        a preview without the check, which calls never use (the first is checked on its
+        own arguments; reading `.program` first once turned the check off)."""
         compiled = self._specializations.get(self._base_key)
-        if compiled is None:
-            with self._specializing:
-                compiled = self._specializations.get(self._base_key)
-                if compiled is None:
-                    compiled = self._specializations[self._base_key] = self._build(self.traced, self.example_args)
+        if compiled is not None:
+            return compiled
+        with self._specializing:
+            compiled = self._specializations.get(self._base_key)
+            if compiled is None and self.example_args is not None:
+                compiled = self._specializations[self._base_key] = self._build(self.traced, self.example_args)
+            elif compiled is None:
+                if self._preview is None:
+                    optimizations, plans = len(self.optimizations), len(self.checkpoint_plans)
+                    preview = self._build(self.traced, None)
+                    self._preview = (preview, self.optimizations[optimizations:] + self.checkpoint_plans[plans:])
+                compiled = self._preview[0]
         return compiled
 
     @property

@@ -160,6 +160,23 @@ def test_an_unsound_rule_is_caught_by_the_check_and_the_original_is_built():
     assert "results differ from the original's on the example inputs" in f.report()
 
 
+def test_reading_the_program_before_the_first_call_leaves_the_check_on():
+    """`.program` before any call builds a preview with no inputs to check it on; the
+    first call once reused it, so an unsound rule's result came back unchecked (found
+    by fuzzing). Now the call builds and checks its own, which `.program` then shows."""
+    args = gated_args()
+    traced = egad.trace(gated_rnn, *args)
+    f = egad.optimize(traced, wrt=(0,), rules=[*rules.default(), UNSOUND])
+    assert f.program is not traced  # the preview: the gradient, optimized without a check
+    assert "check against the original: not run" in f.report()
+    value, (dWi,) = f(*args)
+    expected_value, (expected,) = egad.interpret(egad.value_and_grad(traced, wrt=(0,)), *args)
+    np.testing.assert_allclose(value, expected_value, rtol=1e-12)
+    np.testing.assert_allclose(dWi, expected, rtol=1e-10)
+    assert "results differ from the original's on the example inputs" in f.report()
+    assert len(f.optimizations) == 1 and f.program is f.optimizations[0].original  # the preview's record is gone
+
+
 class _WrongBuild:
     """A build whose value comes out 1 too high: a lowering bug, faked to exercise the judge."""
 
