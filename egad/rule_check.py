@@ -490,7 +490,7 @@ def _check_instances(rule, where: str, pattern, search: _InstanceSearch, example
                                        instance.program, instance.rewritten))
         if instance.rewritten is None:
             reject()
-        values = [data.draw(_values(type_), label=str(var)) for var, type_ in instance.params]
+        values = [data.draw(_values(type_, rule.finite_only), label=str(var)) for var, type_ in instance.params]
         problem = _compare(instance, pattern, assignment, values)
         if problem is not None:
             raise Found(Counterexample(rule, where, [(str(v), x) for (v, _), x in zip(instance.params, values)],
@@ -508,7 +508,10 @@ def _check_instances(rule, where: str, pattern, search: _InstanceSearch, example
     return checked[0], None, None if checked[0] else f"none of {len(assignments)} well-typed instances was rewritten"
 
 
-def _values(type_: TensorType):
+def _values(type_: TensorType, finite_only: bool = False):
+    """Values of `type_` to run both sides on: small numbers, and, unless the rule is
+    `finite_only` (rules/registry.py Rule), IEEE's edges too (inf, NaN, -0.0 and
+    magnitudes whose products overflow), where a rule may change no more than rounding."""
     from hypothesis import strategies as st
     from hypothesis.extra import numpy as hnp
 
@@ -517,7 +520,12 @@ def _values(type_: TensorType):
     elif type_.dtype.startswith("int"):
         elements = st.integers(-3, 3)
     else:
-        elements = st.floats(-3, 3, width=np.dtype(type_.dtype).itemsize * 8, allow_subnormal=False)
+        width = np.dtype(type_.dtype).itemsize * 8
+        elements = st.floats(-3, 3, width=width, allow_subnormal=False)
+        if not finite_only:
+            huge = float(np.finfo(type_.dtype).max) / 4
+            edges = st.sampled_from([np.inf, -np.inf, np.nan, -0.0, huge, -huge])
+            elements = st.one_of(elements, elements, elements, edges)  # an edge for one element in four
     return hnp.arrays(type_.dtype, tuple(type_.shape), elements=elements)
 
 

@@ -103,11 +103,11 @@ ALGEBRA.rewrites(
     "factor-mul", "a*b + a*c = a*(b + c): one multiply fewer (rounds once less, and a product that "
                   "overflowed may not; shapes broadcast alike)",
     rewrite(op.add(op.mul(a, b), op.mul(a, c))).to(op.mul(a, op.add(b, c))),
-    rewrite(op.add(op.mul(b, a), op.mul(c, a))).to(op.mul(op.add(b, c), a)))
+    rewrite(op.add(op.mul(b, a), op.mul(c, a))).to(op.mul(op.add(b, c), a)), finite_only=True)
 
 ALGEBRA.rewrites(
     "factor-matmul", "a@b + a@c = a@(b + c) for b, c of one shape: one matmul fewer (rounds differently)",
     rewrite(op.add(op.matmul(a, b), op.matmul(a, c))).to(op.matmul(a, op.add(b, c)),
                                                           eq(shape_of(b)).to(shape_of(c))),
     rewrite(op.add(op.matmul(b, a), op.matmul(c, a))).to(op.matmul(op.add(b, c), a),
-                                                          eq(shape_of(b)).to(shape_of(c))))
+                                                          eq(shape_of(b)).to(shape_of(c))), finite_only=True)

@@ -132,7 +132,8 @@ def _contractions(plan) -> list[_Contraction]:
 
 @BATCHING.transformer("batch-weight-gradient",
                       "acc' = acc + A_t^T @ B_t in a for loop = acc0 + einsum('tbi,tbj->ij', As, Bs) after it: "
-                      "one large contraction instead of a small matmul, a transpose and an add per step")
+                      "one large contraction instead of a small matmul, a transpose and an add per step",
+                      finite_only=True)
 def batch_weight_gradients(view) -> int:
     snapshot = view.snapshot
     outputs = view.outputs()  # loop class -> {output index: its Get class}

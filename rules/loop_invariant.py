@@ -35,14 +35,15 @@ LOOP_INVARIANT.rewrites(
     "hoist-invariant-factors", "(v * a) * b = v * (a * b): a product of two invariants is computed once "
                                "before the loop instead of two multiplies per step",
     rewrite(op.mul(op.mul(v, a), b)).to(op.mul(v, op.mul(a, b)), invariant_in(a, loop), invariant_in(b, loop)),
-    rewrite(op.mul(op.mul(a, v), b)).to(op.mul(v, op.mul(a, b)), invariant_in(a, loop), invariant_in(b, loop)))
+    rewrite(op.mul(op.mul(a, v), b)).to(op.mul(v, op.mul(a, b)), invariant_in(a, loop), invariant_in(b, loop)),
+    finite_only=True)
 
 LOOP_INVARIANT.rewrites(
     "hoist-invariant-matmul-chain", "(v @ A) @ B = v @ (A @ B) for invariant rank-2 A, B: "
                                     "A @ B once before the loop, one matmul per step instead of two",
     rewrite(op.matmul(op.matmul(v, a), b)).to(
         op.matmul(v, op.matmul(a, b)), invariant_in(a, loop), invariant_in(b, loop),
-        eq(rank_of(a)).to(i64(2)), eq(rank_of(b)).to(i64(2))))
+        eq(rank_of(a)).to(i64(2)), eq(rank_of(b)).to(i64(2))), finite_only=True)
 
 LOOP_INVARIANT.rewrites(
     "hoist-transpose-of-row", "transpose(X[i]) = transpose(X, (0, 2, 1))[i] for an invariant rank-3 X: "

@@ -113,6 +113,10 @@ class Rule:
     # them (scatters-into-concat reads the chains scatter-into-sum makes): `egad rules
     # check` checks it on the programs they rewrite (egad/rule_check.py)
     reads: tuple = ()
+    # a rule exact only where no value is inf or NaN and nothing overflows (a
+    # reassociation: (h * 2) * 0.5 is inf for h = 3e38, h * (2 * 0.5) is h): `egad rules
+    # check` draws finite values for it, not IEEE's edges (docs/optimizer.md lists them)
+    finite_only: bool = False
 
     @property
     def egglog_rules(self) -> tuple:
@@ -146,18 +150,22 @@ class Family:
     rules: list[Rule] = dataclasses.field(default_factory=list)
     todo: str | None = None  # set for a family that is planned but has no rules yet
 
-    def rewrites(self, name: str, why: str, *items) -> Rule:
-        """Register a rule made of `rewrite(...)`/`rule(...)` items, sited at the caller."""
-        return self._add(Rule(name, self.name, why, RuleSite.here(name, depth=2), len(_RULES), tuple(items)))
+    def rewrites(self, name: str, why: str, *items, finite_only: bool = False) -> Rule:
+        """Register a rule made of `rewrite(...)`/`rule(...)` items, sited at the caller;
+        `finite_only`: exact only away from inf, NaN and overflow (Rule.finite_only)."""
+        return self._add(Rule(name, self.name, why, RuleSite.here(name, depth=2), len(_RULES), tuple(items),
+                              finite_only=finite_only))
 
-    def transformer(self, name: str, why: str, late: bool = False, memory: bool = False, reads: tuple = ()):
+    def transformer(self, name: str, why: str, late: bool = False, memory: bool = False, reads: tuple = (),
+                    finite_only: bool = False):
         """Decorator: register a Python transformer `fn(view) -> alternatives added`, sited
         at its def; `late`: run in the schedule's second phase only (Rule.late); `memory`:
-        only under a memory limit (Rule.memory); `reads`: the rules it builds on (Rule.reads)."""
+        only under a memory limit (Rule.memory); `reads`: the rules it builds on (Rule.reads);
+        `finite_only`: exact only away from inf, NaN and overflow (Rule.finite_only)."""
         def register(fn):
             code = fn.__code__
             self._add(Rule(name, self.name, why, RuleSite(name, code.co_filename, code.co_firstlineno),
-                           len(_RULES), (), fn, late, memory, tuple(reads)))
+                           len(_RULES), (), fn, late, memory, tuple(reads), finite_only))
             return fn
 
         return register
