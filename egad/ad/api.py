@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import source
 from ..errors import ArgumentError, EgadError, UnsupportedError, message
 from ..frontend import context
 from ..frontend import numpy_api as enp
@@ -84,7 +85,11 @@ def _differentiate(program: Program, wrt, has_aux: bool, with_value: bool) -> Pr
     flat_wrt = {k for group in wrt_params for k in group}
     activity = analyze(region, [k in flat_wrt for k in range(len(region.params))],
                        [k == loss_index for k in range(len(region.results))])
-    with context.open_region("program", top_level=True) as top:
+    # what the transformation makes for no binding of the user's (the loss's seed 1.0,
+    # zeros for a parameter the loss does not read) belongs to the program, not to the
+    # line that asked for the gradient: programs differentiated from two lines are one
+    # (the optimizer's cache keys on source lines)
+    with context.open_region("program", top_level=True) as top, source.located_at(program.loc):
         params = [Var(p.type, p.hint) for p in region.params]
         env = {old.uid: Tracer(top, new) for old, new in zip(region.params, params)}
         gradient = GradientBuilder(activity)

@@ -291,6 +291,11 @@ def test_optimizer_results_are_cached_by_program():
     first = optimize_program(gradient(), rules.default(), check_args=args)
     again = optimize_program(gradient(), rules.default())
     assert not first.cached and again.cached and again.program.region is first.program.region
+    # differentiated from another line: the gradient's seed belonged to the line asking for it,
+    # so the cache (keyed on source lines too) missed. Found by fuzzing.
+    traced = egad.trace(gated_rnn, *args)
+    elsewhere = optimize_program(egad.value_and_grad(traced, wrt=(0,)), rules.default())
+    assert elsewhere.cached
 
 
 def test_a_result_not_checked_is_not_lent_to_a_call_that_asks_for_the_check():
