@@ -1,8 +1,8 @@
 """The gradient-critical path of a program, in the user's terms (DESIGN §6).
 
 Each loop's carried state must flow from one trip to the next in order: the longest
-chain of dependent kernels from a carried value at the top of the body to a next
-state at its end is the loop's recurrence, the part no rewrite can parallelize. The
+chain of dependent kernels from a carried value at the top of the body to its own
+next value at its end is the loop's recurrence, the part no rewrite can parallelize. The
 extractor prices it (egad/extract.py); this module *describes* it on the program
 that was extracted, so that `Optimized.report()` can say which of the user's lines
 the time goes through:
@@ -21,6 +21,7 @@ import dataclasses
 from .cost_model import Target, concrete, target_constants
 from .ir import ops
 from .ir.program import Binding, Program, Region, walk_bindings
+from .ir.types import TapeType
 from .source import SourceLoc
 
 
@@ -60,36 +61,41 @@ def critical_paths(program: Program, target: str | Target = "cpu", guess: int = 
 
 
 def _loop_path(loop: Binding, target: Target, guess: int) -> LoopPath:
+    """The longest chain from a carried value to its own next value (a state's chain to
+    another state's is no recurrence unless it comes back); tapes are no recurrence
+    either: a push or pop reads the tape's handle, not its values."""
     n_state = loop.attrs["n_state"]
     body = loop.regions[-1]
     first_state = 1 if loop.op == "for" else 0  # a for body's first param is the counter
     state = body.params[first_state:first_state + n_state]
-    # longest latency from any carried value, and the step that reached each var
-    depth: dict[int, float] = {v.uid: 0.0 for v in state}
-    came_from: dict[int, tuple[Binding, int | None]] = {}
-    work, kernels = 0.0, 0
+    work = sum(_cost(binding, target, guess)[0] for binding in body.bindings)
+    kernels = sum(_cost(binding, target, guess)[1] for binding in body.bindings)
+    chains = [_chain(body, carried, result, target, guess) for carried, result in zip(state, body.results[:n_state])
+              if not isinstance(carried.type, TapeType)]
+    chain_seconds, steps = max((c for c in chains if c is not None), default=(0.0, ()), key=lambda c: c[0])
+    return LoopPath(loop.op, bool(loop.attrs.get("reverse")), loop.loc, steps, chain_seconds, work, kernels)
+
+
+def _chain(body: Region, carried, result, target: Target, guess: int) -> tuple[float, tuple] | None:
+    """(latency, steps) of the longest chain in `body` from `carried` to `result`, or None."""
+    depth: dict[int, float] = {carried.uid: 0.0}
+    came_from: dict[int, tuple[Binding, int]] = {}
     for binding in body.bindings:
-        seconds, dispatches = _cost(binding, target, guess)
-        work += seconds
-        kernels += dispatches
         reached = [(depth[v.uid], v.uid) for v in binding.inputs if v.uid in depth]
         if not reached:
             continue
+        seconds, dispatches = _cost(binding, target, guess)
         start, source = max(reached)
-        length = start + (max(seconds, target.latency_seconds) if dispatches else seconds)
         for out in binding.outputs:
-            depth[out.uid] = length
+            depth[out.uid] = start + (max(seconds, target.latency_seconds) if dispatches else seconds)
             came_from[out.uid] = (binding, source)
-    ends = [(depth[v.uid], v.uid) for v in body.results[:n_state] if v.uid in depth]
-    if not ends:
-        return LoopPath(loop.op, bool(loop.attrs.get("reverse")), loop.loc, (), 0.0, work, kernels)
-    chain_seconds, uid = max(ends)
-    steps = []
+    if result.uid not in depth:
+        return None
+    steps, uid = [], result.uid
     while uid in came_from:
         binding, uid = came_from[uid]
         steps.append((binding.op, binding.loc))
-    return LoopPath(loop.op, bool(loop.attrs.get("reverse")), loop.loc, tuple(reversed(steps)),
-                    chain_seconds, work, kernels)
+    return depth[result.uid], tuple(reversed(steps))
 
 
 def _cost(binding: Binding, target: Target, guess: int) -> tuple[float, int]:

@@ -31,6 +31,7 @@ import numpy as np
 from .egraph.enode import ClassId, ENode, post_order
 from .egraph.language import TERM_HEADS
 from .egraph.placement import CONTROL_HEADS, LOOP_HEADS, local_inputs, place, region_results
+from .ir.types import TapeType
 
 _FREE_OF_COST = ("Arg", "Get", "Scalar", "Splat", "Array")  # no kernel: values, projections, constants
 
@@ -301,36 +302,19 @@ class _PageData:
         return sorted(chains, key=lambda chain: -chain["seconds_per_trip"])
 
     def _loop_chain(self, loop: ENode) -> dict | None:
+        """The longest chain from a carried value to its own next value (as
+        egad/critical_path.py: tapes are no recurrence)."""
         region = loop.args[0]
         if loop.head == "For":
             results, carried_from = list(loop.args[4][:len(loop.args[3])]), 1  # Arg(r, 0) is the counter
         else:
             results, carried_from = list(loop.args[3]), 0
-        depth: dict[ClassId, float] = {}
-        came_from: dict[ClassId, ClassId | None] = {}
-        for cid in post_order(results, lambda c: local_inputs(self.choice[c]) if self.choice[c].head != "Get"
-                              else [self.choice[c].args[0]]):
-            node = self.choice[cid]
-            if node.head == "Arg":
-                if node.args[0] == region and node.args[1] >= carried_from:
-                    depth[cid], came_from[cid] = 0.0, None
-                continue
-            reads = [self.choice[cid].args[0]] if node.head == "Get" else local_inputs(node)
-            reached = [(depth[c], self.number[c], c) for c in reads if c in depth]
-            if not reached:
-                continue
-            start, _, source = max(reached)
-            depth[cid] = start + self._latency(node, cid, self.placement)
-            came_from[cid] = source
-        ends = [(depth[c], self.number[c], c) for c in results if c in depth]
-        if not ends:
+        chains = [self._chain(region, carried_from + k, result) for k, result in enumerate(results)
+                  if not isinstance(self.pricing.types.types.get(result), TapeType)]
+        chains = [chain for chain in chains if chain is not None]
+        if not chains:
             return None
-        seconds, _, cid = max(ends)
-        enodes = []
-        while cid is not None:
-            enodes.append(self.choice[cid])
-            cid = came_from[cid]
-        enodes.reverse()
+        seconds, enodes = max(chains, key=lambda chain: chain[0])
         ops = [self._op(node, self.origins.get(node)) for node in enodes if node.head not in _FREE_OF_COST]
         frame = f"r{region}"
         return {"frame": frame if frame in self.frames else "r0", "seconds_per_trip": seconds, "ops": ops,
@@ -338,6 +322,32 @@ class _PageData:
                                                                if frame in self.frames and self.frames[frame]['loc']
                                                                else ""),
                 "enodes": enodes}
+
+    def _chain(self, region, index: int, result: ClassId) -> tuple[float, list] | None:
+        """(latency, e-nodes) of the longest chain from the loop's Arg `index` to `result`."""
+        depth: dict[ClassId, float] = {}
+        came_from: dict[ClassId, ClassId | None] = {}
+        for cid in post_order([result], lambda c: local_inputs(self.choice[c]) if self.choice[c].head != "Get"
+                              else [self.choice[c].args[0]]):
+            node = self.choice[cid]
+            if node.head == "Arg":
+                if node.args[0] == region and node.args[1] == index:
+                    depth[cid], came_from[cid] = 0.0, None
+                continue
+            reads = [node.args[0]] if node.head == "Get" else local_inputs(node)
+            reached = [(depth[c], self.number[c], c) for c in reads if c in depth]
+            if not reached:
+                continue
+            start, _, source = max(reached)
+            depth[cid] = start + self._latency(node, cid, self.placement)
+            came_from[cid] = source
+        if result not in depth:
+            return None
+        enodes, cid = [], result
+        while cid is not None:
+            enodes.append(self.choice[cid])
+            cid = came_from[cid]
+        return depth[result], enodes[::-1]
 
 
 def _is_leaf(node: ENode) -> bool:

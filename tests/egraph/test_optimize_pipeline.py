@@ -135,6 +135,23 @@ def test_the_critical_path_of_a_recurrence_runs_through_its_matmul():
     assert ops[0] == "matmul" and "sigmoid" in ops and path.chain_seconds > 0 and path.kernels >= len(ops)
 
 
+def test_the_critical_path_of_a_gradient_is_each_states_own_chain_not_its_tapes():
+    """The chain ran from any carried value to any next state, tapes included: the
+    forward loop's ended in a tape_push, the adjoint's began at a tape_pop and ended in
+    the weight gradient's accumulator. Found by fuzzing."""
+    from egad.critical_path import critical_paths
+
+    def rnn(W, xs, h0):
+        return enp.sum(egad.fori_loop(0, xs.shape[0], lambda t, h: enp.tanh(xs[t] + h @ W), h0) ** 2)
+
+    rng = np.random.default_rng(0)
+    args = (rng.standard_normal((8, 8)) * 0.3, rng.standard_normal((6, 4, 8)), np.zeros((4, 8)))
+    forward, adjoint = critical_paths(egad.value_and_grad(egad.trace(rnn, *args), wrt=(0,)))
+    assert [op for op, _ in forward.steps] == ["matmul", "add", "tanh"] and not forward.reverse
+    assert adjoint.reverse and [op for op, _ in adjoint.steps][-1] == "matmul"  # dh's chain: (g * (1 - y²)) @ W.T
+    assert not {"tape_push", "tape_pop"} & {op for path in (forward, adjoint) for op, _ in path.steps}
+
+
 # --- never worse than doing nothing ---------------------------------------------------------
 
 a, b = vars_("a b", Term)
