@@ -40,6 +40,8 @@ import json
 import pathlib
 from importlib import resources
 
+import numpy as np
+
 from .errors import EgadError, message
 
 ASSETS = ("cytoscape.min.js", "dagre.min.js", "viz.css", "viz.js")
@@ -60,7 +62,11 @@ def render(optimized, path, specialization: int = 0) -> pathlib.Path:
 
     data = page_data(optimization)
     path = pathlib.Path(path)
-    path.write_text(page(data), encoding="utf-8")
+    try:
+        path.write_text(page(data), encoding="utf-8")
+    except OSError as error:  # a directory, a folder that does not exist, no permission
+        raise EgadError(message(f"egad.viz.render could not write {path}: {error.strerror or error}",
+                                instead="give the path of an .html file in a folder that exists")) from None
     return path
 
 
@@ -106,8 +112,9 @@ def _optimization_of(optimized, specialization: int):
             raise EgadError(message(f"egad.viz.render: {optimized.traced.name} has no optimizer result: {why}",
                                     instead="call it once (or pass example_args= to egad.optimize), with rules "
                                     "(the default)"))
-        if not 0 <= specialization < len(records):
-            raise EgadError(message(f"egad.viz.render: specialization {specialization} does not exist; "
+        if isinstance(specialization, bool) or not isinstance(specialization, (int, np.integer)) \
+                or not 0 <= specialization < len(records):
+            raise EgadError(message(f"egad.viz.render: specialization {specialization!r} does not exist; "
                                     f"{optimized.traced.name} has {len(records)}",
                                     instead=f"pass specialization= between 0 and {len(records) - 1}"))
         optimized = records[specialization]

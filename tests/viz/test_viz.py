@@ -175,6 +175,21 @@ def test_render_refuses_what_has_no_egraph(rnn_optimization, tmp_path):
     assert not (tmp_path / "x.html").exists()
 
 
+def test_render_says_what_is_wrong_with_its_path_or_specialization(rnn_optimization, tmp_path):
+    """A directory, a missing folder, a specialization "0" or 1.0 raised IsADirectoryError,
+    FileNotFoundError and TypeError. Found by fuzzing."""
+    with pytest.raises(egad.EgadError, match="could not write .*: Is a directory"):
+        viz.render(rnn_optimization, tmp_path)
+    with pytest.raises(egad.EgadError, match="could not write .*: No such file or directory"):
+        viz.render(rnn_optimization, tmp_path / "missing" / "x.html")
+    f = egad.Optimized(egad.trace(rnn_loss, *rnn_args()), (0,), "llvm", False, tuple(egad.rules.default()))
+    f.optimizations.append(rnn_optimization)  # as its first call would (without building it here)
+    for wrong in ("0", 1.0, True, 1):
+        with pytest.raises(egad.EgadError, match=f"specialization {wrong!r} does not exist"):
+            viz.render(f, tmp_path / "x.html", specialization=wrong)
+    assert viz.render(f, tmp_path / "x.html", specialization=0).exists()
+
+
 def test_cli_viz_runs_a_script_function(tmp_path, capsys):
     from egad.cli import main
 
