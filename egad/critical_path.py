@@ -30,7 +30,7 @@ class LoopPath:
     """One loop's recurrence: the ops of its longest carried chain, in order."""
 
     op: str  # "for" or "while"
-    reverse: bool  # an adjoint loop (AD's reversed for)
+    reverse: bool  # the counter counts down: AD's adjoint of a forward loop, or egad.scan(reverse=True)
     loc: SourceLoc  # where the loop was written
     steps: tuple[tuple[str, SourceLoc], ...]  # (op, its source line) along the chain
     chain_seconds: float  # latency of the chain, per trip
