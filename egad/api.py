@@ -61,7 +61,11 @@ class Optimized:
         baked = [value for value, tree in zip(signature.static_values, signature.trees) if tree is None]
         self._base_key = _signature_key(program, [_traced_shapes(program)], baked)
 
-    def __call__(self, *args):
+    def __call__(self, *args, **kwargs):
+        if kwargs:
+            raise ArgumentError(message(
+                f"{self.traced.name} was called with keyword arguments ({', '.join(kwargs)}); a traced program "
+                "takes its arguments by position, as traced", instead="pass every argument by position"))
         return self._compiled_for(args)(*args)
 
     def _compiled_for(self, args):

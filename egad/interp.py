@@ -155,7 +155,8 @@ def _check_leaf(leaf, expected: TensorType, path: str, symbols: dict[str, int]) 
         if not convertible:
             raise ArgumentError(message(
                 f"{path} is {dtype}, the program was traced with {expected.dtype}",
-                instead=f"convert it with .astype(np.{expected.dtype}), or re-trace with a {dtype} argument"))
+                instead=f"convert it with .astype(np.{expected.dtype}), or re-trace with "
+                        f"{'an' if dtype[0] in 'aeiou' else 'a'} {dtype} argument"))
         value = value.astype(expected.dtype)
     mismatch = bind_dims(expected.shape, value.shape, symbols)
     if mismatch:

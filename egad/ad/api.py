@@ -39,7 +39,7 @@ def value_and_grad(program: Program, wrt=(0,), has_aux: bool = False) -> Program
 def differentiated_params(program: Program, wrt) -> tuple[bool, tuple, list[list[int]]]:
     """`wrt` read against `program`: whether it is a single index, the indices, and the
     params (leaf positions) of each; an ArgumentError naming what does not fit."""
-    single = isinstance(wrt, (int, np.integer))
+    single = isinstance(wrt, (int, np.integer)) and not isinstance(wrt, (bool, np.bool_))
     if not single and not isinstance(wrt, (tuple, list)):
         raise ArgumentError(message(f"wrt={wrt!r} is neither an argument index nor a tuple of them",
                                     instead="pass wrt=0, or wrt=(0, 2) for several arguments"))
@@ -47,8 +47,10 @@ def differentiated_params(program: Program, wrt) -> tuple[bool, tuple, list[list
     offsets = _leaf_offsets(program.signature)
     wrt_params = []
     for argnum in argnums:
-        if not isinstance(argnum, (int, np.integer)) or not -len(offsets) <= argnum < len(offsets):
-            raise ArgumentError(message(f"wrt={wrt!r}: {argnum!r} is not a positional argument index of {program.name}"))
+        if isinstance(argnum, (bool, np.bool_)) or not isinstance(argnum, (int, np.integer)) \
+                or not -len(offsets) <= argnum < len(offsets):
+            raise ArgumentError(message(f"wrt={wrt!r}: {argnum!r} is not a positional argument index of {program.name}",
+                                        instead=f"name arguments by their positions, 0 to {len(offsets) - 1}"))
         argnum %= len(offsets)
         if offsets[argnum] is None:
             raise ArgumentError(message(f"wrt={wrt!r}: argument {argnum} is static (static_argnums) and has no gradient"))

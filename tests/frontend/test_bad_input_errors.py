@@ -236,3 +236,17 @@ def test_nesting_past_pythons_recursion_limit_is_an_egad_error_and_tracing_goes_
     assert "sys.setrecursionlimit" in str(raised.value) and "test_bad_input_errors.py" in str(raised.value)
     program = egad.trace(nested_loops(20), np.ones(2))  # nothing of the failed trace is left behind
     np.testing.assert_allclose(egad.interpret(program, np.ones(2)), 2 * 1.01)
+
+
+def test_wrt_of_a_bool_and_keyword_arguments_to_an_optimized_program_are_refused():
+    """wrt=True was taken as argument 1, and keyword arguments to what egad.optimize
+    returns raised Python's own TypeError. Found by fuzzing."""
+    program = egad.trace(lambda x, y: enp.sum(x * y), np.ones(3), np.ones(3))
+    for wrt in (True, (0, True)):
+        with pytest.raises(egad.ArgumentError, match="wrt="):
+            egad.grad(program, wrt=wrt)
+    with pytest.raises(egad.ArgumentError, match="positions, 0 to 1"):
+        egad.grad(program, wrt=2)
+    optimized = egad.Optimized(program, (0,), "llvm", False, ())  # (nothing is built before the refusal)
+    with pytest.raises(egad.ArgumentError, match=r"keyword arguments \(y\).*by position"):
+        optimized(np.ones(3), y=np.ones(3))
