@@ -85,6 +85,15 @@ def _constant_var(builder: context.RegionBuilder, value) -> Var:
     return var
 
 
+def _just_made_constant(x) -> np.ndarray | None:
+    """The value of a traced constant among the last few bindings of its region (a
+    Python scalar traced a moment ago), else None."""
+    for binding in reversed(x._builder.bindings[-4:]):
+        if binding.outputs[0] is x._var:
+            return binding.attrs["value"] if binding.op == "const" else None
+    return None
+
+
 def constant(value, dtype: str, weak: bool = False):
     """A traced constant in the current region (or the numpy value when not tracing)."""
     try:
@@ -146,6 +155,11 @@ def cast_to(x, dtype: str, weak: bool = False):
     if is_tracer(x):
         if x._var.type.dtype == dtype:
             return x
+        value = _just_made_constant(x)
+        if value is not None and context.current() is not None:
+            # a constant converted now, not a cast on the device: a float32 program's
+            # Python 0.0 stays float32 code (Metal and WebGPU have no float64)
+            return constant(value.astype(dtype), dtype, weak)
         return apply1("cast", [x], {"dtype": dtype}, weak=weak)
     if type(x) in (bool, int, float) and context.current() is not None:
         return constant(x, dtype, weak)

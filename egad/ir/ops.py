@@ -310,7 +310,8 @@ def _extremum_vjp(ad, ins, outs, cts, attrs):
     """y = max(a, b) (or min);  the chosen side gets g, a tie splits it in half"""
     a, b = ins
     g = cts[0]
-    a_share = ad.where(a == b, 0.5, ad.where(a == outs[0], 1.0, 0.0)).astype(g.dtype)
+    half, one, zero = (np.asarray(v, g.dtype) for v in (0.5, 1.0, 0.0))  # in g's dtype: no float64 for float32
+    a_share = ad.where(a == b, half, ad.where(a == outs[0], one, zero))
     return [ad.unbroadcast(g * a_share, a), ad.unbroadcast(g * (1 - a_share), b)]
 
 
