@@ -16,7 +16,7 @@ from tvm import relax
 
 from egad.errors import BuildError, EgadError, UnsupportedError, message
 from egad.interp import _flatten_arguments
-from egad.ir.program import Program
+from egad.ir.program import Program, walk_bindings
 from egad.pytree import flatten, unflatten
 
 from . import host_checks, index_checks, runtime, schedule
@@ -229,7 +229,7 @@ MAX_FUSED_OPS = 32
 _RELAX_PIPELINE_TURN = threading.Lock()
 
 
-def _compile(module, target: ResolvedTarget, name: str = "main"):
+def _compile(module, target: ResolvedTarget, program: Program | None = None):
     config = {"relax.FuseOps.max_depth": MAX_FUSED_OPS}
     if not KERNEL_ARGUMENT_CHECKS:
         config["tirx.disable_assert"] = True
@@ -245,13 +245,43 @@ def _compile(module, target: ResolvedTarget, name: str = "main"):
     except EgadError:
         raise
     except Exception as error:  # noqa: BLE001 - TVM's C++ errors arrive as RuntimeError, ValueError, TypeError...
-        if target.kind == "webgpu" and "i64" in str(error):
-            raise UnsupportedError(message(
-                "WebGPU has no 64-bit integers, and this program computes with int64 on the device (egad's loop "
-                "counters and indices are int64)",
-                instead="build loop-free float programs for webgpu, or use target='metal', 'cuda' or 'opencl'")
-            ) from None
-        raise _build_error(error, name, target) from error
+        unsupported = _unsupported_dtype(program, target) if program is not None else None
+        if unsupported is not None:
+            raise unsupported from None
+        raise _build_error(error, program.name if program is not None else "main", target) from error
+
+
+# What each device lacks: Metal has no float64, WebGPU neither, nor 64-bit integers.
+_NO_DTYPES = {"metal": ("float64",), "webgpu": ("float64", "int64")}
+
+
+def _unsupported_dtype(program: Program, target: ResolvedTarget) -> UnsupportedError | None:
+    """Where a build for a device without some dtypes failed, and the program computes
+    with one of them: an UnsupportedError naming the first op that does (TVM's own
+    messages vary: "Cannot convert type float64 to Metal type", "only support f16 or
+    f32", a line of TIR)."""
+    missing = _NO_DTYPES.get(target.kind, ())
+    device = {"metal": "Metal", "webgpu": "WebGPU"}.get(target.kind)
+    instead = {"float64": "use float32 arrays and constants (x.astype('float32')), or target='cuda' or 'opencl'",
+               "int64": "build loop-free programs without integer indices for webgpu, or use target='metal', "
+                        "'cuda' or 'opencl'"}
+    for param in program.params:
+        if getattr(param.type, "dtype", None) in missing:
+            return UnsupportedError(message(
+                f"{device} has no {param.type.dtype}, and argument {param.hint or '?'} of {program.name} is "
+                f"{param.type.dtype}", where=program.loc.long(), instead=instead[param.type.dtype]))
+    for binding in walk_bindings(program.region):
+        made = [] if binding.op == "const" and binding.outputs[0].type.weak else list(binding.outputs)  # (Python's)
+        made += [param for region in binding.regions for param in region.params]  # a loop's counter, say
+        dtype = next((v.type.dtype for v in made if getattr(v.type, "dtype", None) in missing), None)
+        if dtype is None:
+            continue
+        why = " (egad's loop counters and indices are int64)" if dtype == "int64" else \
+            " (numpy gives float64 for ints divided and for float64 inputs)"
+        what = f"its {binding.op} loop" if binding.op in ("for", "while") else f"this program computes {binding.op}"
+        return UnsupportedError(message(f"{device} has no {dtype}, and {what} in {dtype}{why}",
+                                        where=f"op {binding.op!r} at {binding.loc.long()}", instead=instead[dtype]))
+    return None
 
 
 def _lower(program: Program, target: ResolvedTarget):
@@ -297,7 +327,7 @@ def build_all(programs: list[Program], target="llvm", cache: BuildCache | None =
                if entry is None and first_of[keys[k]] == k}
 
     def finish(k: int) -> Entry:
-        library = _compile(modules[k], resolved, programs[k].name)
+        library = _compile(modules[k], resolved, programs[k])
         entry = cache.put(keys[k], Entry(library, modules[k].script(), "built"))
         if resolved.is_cpu:
             relax.VirtualMachine(entry.executable, tvm.cpu())  # generates the machine code now, not at the first call

@@ -12,7 +12,9 @@ import tvm
 
 import egad
 import egad.numpy as enp
+from egad.ir.program import walk_bindings
 from egad.tvm_bridge import build
+from egad.tvm_bridge.cache import BuildCache
 
 RNG = np.random.default_rng(0)
 X, W = RNG.standard_normal((2, 3)).astype("float32"), RNG.standard_normal((3, 3)).astype("float32")
@@ -75,8 +77,34 @@ def test_source_targets_emit_kernels(target, marker):
 
 
 def test_webgpu_loop_with_int64_counter_is_refused_clearly():
-    with pytest.raises(egad.UnsupportedError, match="WebGPU has no 64-bit integers"):
+    with pytest.raises(egad.UnsupportedError, match="WebGPU has no int64, and its for loop in int64"):
         build(egad.trace(_rnn, X, W), target="webgpu")
+
+
+@pytest.mark.parametrize("target, program, says", [
+    ("metal", lambda: egad.trace(lambda x: x * 2.0, np.ones(3)), "Metal has no float64, and argument x of"),
+    ("webgpu", lambda: egad.trace(lambda x: x * 2.0, np.ones(3)), "WebGPU has no float64, and argument x of"),
+    ("webgpu", lambda: egad.trace(lambda x: enp.sum(x > 0), X), "WebGPU has no int64, and this program computes"),
+    ("webgpu", lambda: egad.trace(lambda x: enp.argmax(x, axis=1), X), "computes argmax in int64"),
+], ids=["metal-float64-argument", "webgpu-float64-argument", "webgpu-int64-sum-of-bools", "webgpu-argmax"])
+def test_a_dtype_the_device_lacks_is_refused_naming_where_it_is(target, program, says):
+    """TVM's errors vary ("Cannot convert type float64 to Metal type", "only support f16
+    or f32", a line of TIR): a failed build for a device without float64 (or int64)
+    says which argument or op has it. Found by fuzzing GPU builds."""
+    with pytest.raises(egad.UnsupportedError, match=says):
+        build(program(), target=target, cache=BuildCache(None))
+
+
+def test_a_float32_program_keeps_float64_off_the_device():
+    """A Python 0.0 loop state and the gradient of maximum were float64 on the device,
+    so a float32 program's gradient could not build for Metal. Found by fuzzing."""
+    xs = X.astype("float32")
+    loop = egad.trace(lambda xs: egad.fori_loop(0, xs.shape[0], lambda i, s: s + enp.sum(xs[i]), 0.0), xs)
+    clipped = egad.value_and_grad(egad.trace(lambda x: enp.sum(enp.clip(enp.maximum(x, 0.5), -1.0, 1.0)), xs))
+    for program in (loop, clipped):
+        assert not [b for b in walk_bindings(program.region) if "float64" in str(b.outputs[0].type.dtype)
+                    and b.op != "const"]
+        assert build(program, target="metal", cache=BuildCache(None)).source
 
 
 def test_vulkan_builds_or_says_how_to_get_a_vulkan_tvm():
