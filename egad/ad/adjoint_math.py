@@ -13,7 +13,6 @@ import numpy as np
 from ..errors import UnsupportedError, message
 from ..frontend import numpy_api
 from ..frontend.primitives import apply1, is_tracer
-from ..ir import shapes
 
 
 @dataclasses.dataclass

@@ -89,7 +89,7 @@ def _just_made_constant(x) -> np.ndarray | None:
     """The value of a traced constant among the last few bindings of its region (a
     Python scalar traced a moment ago), else None."""
     for binding in reversed(x._builder.bindings[-4:]):
-        if binding.outputs[0] is x._var:
+        if any(out is x._var for out in binding.outputs):
             return binding.attrs["value"] if binding.op == "const" else None
     return None
 
