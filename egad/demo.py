@@ -180,7 +180,7 @@ def write_plot(history: dict, path: pathlib.Path) -> pathlib.Path:
 
 def report_summary(step_fn) -> list[str]:
     """The optimizer's report without the per-rule table and per-loop paths."""
-    keep = ("e-graph:", "predicted cost:", "measured on", "fallback:", "checkpointing:")
+    keep = ("e-graph:", "predicted cost", "measured on", "fallback:", "checkpointing:")
     lines = step_fn.report().splitlines()
     return [line for line in lines if line.strip().startswith(keep)] + \
         [line for line in lines if line.strip().startswith(("lower and build:", "saturate:"))]

@@ -64,7 +64,9 @@ class Optimization:
     checked: str | None = None  # what the check against the original found, where it kept the optimized build
 
     def lines(self) -> list[str]:
-        """The report's lines (indented for `Optimized.report()`)."""
+        """The report's lines (indented for `Optimized.report()`). After a fallback the
+        extraction's counts, costs and critical path say that it was not built."""
+        rejected = " (the extraction, not built)" if self.fallback and self.program is self.original else ""
         out = [f"  rule families: {', '.join(self.families) or 'none'}"]
         if self.saturation is not None:
             sat = self.saturation
@@ -73,18 +75,18 @@ class Optimization:
                        + (" (limit hit: the best term found so far is used)" if sat.limit_hit else ""))
             fired = sat.fired()
             if fired:
-                out.append("  rules fired (matches, new e-nodes, e-nodes in the extracted program):")
+                out.append(f"  rules fired (matches, new e-nodes, e-nodes in the extracted program){rejected}:")
                 out += [f"    {name:34s} {count:6d} {sat.new_nodes.get(name, 0):6d} {self.chosen.get(name, 0):6d}"
                         for name, count in fired.items()]
             else:
                 out.append("  rules fired: none")
         if self.predicted_before is not None and self.predicted_after is not None:
             before, after = self.predicted_before.seconds, self.predicted_after.seconds
-            out.append(f"  predicted cost: {before * 1e6:.1f} us before, {after * 1e6:.1f} us after "
+            out.append(f"  predicted cost{rejected}: {before * 1e6:.1f} us before, {after * 1e6:.1f} us after "
                        f"({before / after if after else float('inf'):.2f}x); tape bytes "
                        f"{self.predicted_before.tape_bytes:.0f} -> {self.predicted_after.tape_bytes:.0f}")
         if self.critical_path:
-            out.append("  critical path (per loop: the carried chain that must run trip after trip):")
+            out.append(f"  critical path{rejected} (per loop: the carried chain that must run trip after trip):")
             out += ["    " + str(path) for path in self.critical_path]
         if self.measured is not None:
             optimized, original = self.measured

@@ -253,6 +253,8 @@ def test_an_optimized_program_that_fails_to_build_falls_back_to_the_original(mon
     np.testing.assert_allclose(dWi, expected, rtol=1e-10)
     assert "the optimized program failed to build (RuntimeError: InternalError" in f.report()
     assert f.program is f.optimizations[0].original
+    # what the report says of the extraction says it was not built (it once read as the program built)
+    assert "predicted cost (the extraction, not built):" in f.report()
 
 
 def _failing_first(real):
