@@ -278,7 +278,8 @@ def _unsupported_dtype(program: Program, target: ResolvedTarget) -> UnsupportedE
             continue
         why = " (egad's loop counters and indices are int64)" if dtype == "int64" else \
             " (numpy gives float64 for ints divided and for float64 inputs)"
-        what = f"its {binding.op} loop" if binding.op in ("for", "while") else f"this program computes {binding.op}"
+        what = f"its {binding.op} loop counts" if binding.op in ("for", "while") else \
+            f"this program computes {binding.op}"
         return UnsupportedError(message(f"{device} has no {dtype}, and {what} in {dtype}{why}",
                                         where=f"op {binding.op!r} at {binding.loc.long()}", instead=instead[dtype]))
     return None

@@ -77,7 +77,7 @@ def test_source_targets_emit_kernels(target, marker):
 
 
 def test_webgpu_loop_with_int64_counter_is_refused_clearly():
-    with pytest.raises(egad.UnsupportedError, match="WebGPU has no int64, and its for loop in int64"):
+    with pytest.raises(egad.UnsupportedError, match="WebGPU has no int64, and its for loop counts in int64"):
         build(egad.trace(_rnn, X, W), target="webgpu")
 
 
