@@ -81,7 +81,7 @@ def _term_inputs(node: ENode) -> list:
 
 @FUSION.transformer("fuse-matmul-sum",
                     "a1 @ B1 + ... + ak @ Bk = concat(a1..ak) @ concat(B1..Bk): one matmul instead of k matmuls "
-                    "and k - 1 adds (the adjoint of fused gates sums one product per gate)")
+                    "and k - 1 adds (the adjoint of fused gates sums one product per gate)", finite_only=True)
 def fuse_matmul_sum(view) -> int:
     """The mirror image of `fuse_shared_operand_matmuls`, for sums: AD of `h @ U_i`,
     ..., `h @ U_o` gives `dh = dz_i @ U_i.T + ... + dz_o @ U_o.T` in the reverse loop.
@@ -107,6 +107,8 @@ def fuse_matmul_sum(view) -> int:
     for root, (terms, _) in sums.items():
         if root in inner or _holds_fused_matmul(view, root):
             continue
+        if len(terms) > MAX_FUSED_TERMS:
+            continue
         terms = sorted(terms, key=lambda term: view.order(term[1]))  # weights in program order
         lefts, weights = [a for a, _ in terms], [w for _, w in terms]
         if len({types[a] for a in lefts}) != 1 or any(_row_of_invariant(view, a) for a in lefts):
@@ -119,6 +121,10 @@ def fuse_matmul_sum(view) -> int:
 
 
 MAX_SUM_DEPTH = 16  # adds followed down one sum tree
+# Terms one fused matmul may take: a cell's gates are 4 (8 for a bidirectional pair); the
+# weight gradient of a 500-step unrolled chain was a 500-way concatenation that took 30 s
+# to build and was then measured slower than the sum (found by fuzzing).
+MAX_FUSED_TERMS = 32
 
 
 def _sum_of_products(view, cid: ClassId, depth: int, memo: dict) -> tuple[list, set] | None:

@@ -408,6 +408,25 @@ def test_the_adjoints_sums_of_gate_products_become_one_matmul_each():
     assert_same_results(egad.interpret(program.program, *args), egad.interpret(gradient, *args))
 
 
+@pytest.mark.parametrize("terms", [4, fusion.MAX_FUSED_TERMS + 8])
+def test_a_sum_of_more_matmuls_than_max_fused_terms_is_left_as_written(terms):
+    """A 500-term sum became one 500-way concatenation that took 30 s to build and was
+    measured slower than the sum; past MAX_FUSED_TERMS the sum stays (found by fuzzing)."""
+    rng = np.random.default_rng(0)
+    args = (rng.standard_normal((2, 4)), rng.standard_normal((terms, 4, 4)))
+
+    def summed(h, Ws):
+        total = h @ Ws[0]
+        for k in range(1, terms):
+            total = total + h @ Ws[k]
+        return enp.sum(total * total)
+
+    program = egad.trace(summed, *args)
+    optimized_program = Optimized(program, ["fusion"])
+    assert (optimized_program.report.matches["fuse-matmul-sum"] > 0) == (terms <= fusion.MAX_FUSED_TERMS)
+    assert_same_results(egad.interpret(optimized_program.program, *args), egad.interpret(program, *args))
+
+
 @egad.function
 def last_square_weighted(xs):
     for row in xs:  # a traced loop
