@@ -68,23 +68,24 @@ def _loop_path(loop: Binding, target: Target, guess: int) -> LoopPath:
     body = loop.regions[-1]
     first_state = 1 if loop.op == "for" else 0  # a for body's first param is the counter
     state = body.params[first_state:first_state + n_state]
-    work = sum(_cost(binding, target, guess)[0] for binding in body.bindings)
-    kernels = sum(_cost(binding, target, guess)[1] for binding in body.bindings)
-    chains = [_chain(body, carried, result, target, guess) for carried, result in zip(state, body.results[:n_state])
+    costs = {id(binding): _cost(binding, target, guess) for binding in body.bindings}
+    work, kernels = sum(seconds for seconds, _ in costs.values()), sum(dispatches for _, dispatches in costs.values())
+    chains = [_chain(body, carried, result, costs, target) for carried, result in zip(state, body.results[:n_state])
               if not isinstance(carried.type, TapeType)]
     chain_seconds, steps = max((c for c in chains if c is not None), default=(0.0, ()), key=lambda c: c[0])
     return LoopPath(loop.op, bool(loop.attrs.get("reverse")), loop.loc, steps, chain_seconds, work, kernels)
 
 
-def _chain(body: Region, carried, result, target: Target, guess: int) -> tuple[float, tuple] | None:
-    """(latency, steps) of the longest chain in `body` from `carried` to `result`, or None."""
+def _chain(body: Region, carried, result, costs: dict, target: Target) -> tuple[float, tuple] | None:
+    """(latency, steps) of the longest chain in `body` from `carried` to `result`, or None;
+    `costs`: each binding's (seconds, dispatches) by id."""
     depth: dict[int, float] = {carried.uid: 0.0}
     came_from: dict[int, tuple[Binding, int]] = {}
     for binding in body.bindings:
         reached = [(depth[v.uid], v.uid) for v in binding.inputs if v.uid in depth]
         if not reached:
             continue
-        seconds, dispatches = _cost(binding, target, guess)
+        seconds, dispatches = costs[id(binding)]
         start, source = max(reached)
         for out in binding.outputs:
             depth[out.uid] = start + (max(seconds, target.latency_seconds) if dispatches else seconds)

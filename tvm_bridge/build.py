@@ -229,7 +229,7 @@ MAX_FUSED_OPS = 32
 _RELAX_PIPELINE_TURN = threading.Lock()
 
 
-def _compile(module, target: ResolvedTarget, program: Program | None = None):
+def _compile(module, target: ResolvedTarget, program: Program):
     config = {"relax.FuseOps.max_depth": MAX_FUSED_OPS}
     if not KERNEL_ARGUMENT_CHECKS:
         config["tirx.disable_assert"] = True
@@ -245,14 +245,14 @@ def _compile(module, target: ResolvedTarget, program: Program | None = None):
     except EgadError:
         raise
     except Exception as error:  # noqa: BLE001 - TVM's C++ errors arrive as RuntimeError, ValueError, TypeError...
-        unsupported = _unsupported_dtype(program, target) if program is not None else None
+        unsupported = _unsupported_dtype(program, target)
         if unsupported is not None:
             raise unsupported from None
-        raise _build_error(error, program.name if program is not None else "main", target) from error
+        raise _build_error(error, program.name, target) from error
 
 
-# What each device lacks: Metal has no float64, WebGPU neither, nor 64-bit integers.
-_NO_DTYPES = {"metal": ("float64",), "webgpu": ("float64", "int64")}
+# The devices without some dtypes, by target kind: (the device's name, what it lacks).
+_NO_DTYPES = {"metal": ("Metal", ("float64",)), "webgpu": ("WebGPU", ("float64", "int64"))}
 
 
 def _unsupported_dtype(program: Program, target: ResolvedTarget) -> UnsupportedError | None:
@@ -260,8 +260,7 @@ def _unsupported_dtype(program: Program, target: ResolvedTarget) -> UnsupportedE
     with one of them: an UnsupportedError naming the first op that does (TVM's own
     messages vary: "Cannot convert type float64 to Metal type", "only support f16 or
     f32", a line of TIR)."""
-    missing = _NO_DTYPES.get(target.kind, ())
-    device = {"metal": "Metal", "webgpu": "WebGPU"}.get(target.kind)
+    device, missing = _NO_DTYPES.get(target.kind, (None, ()))
     instead = {"float64": "use float32 arrays and constants (x.astype('float32')), or target='cuda' or 'opencl'",
                "int64": "build loop-free programs without integer indices for webgpu, or use target='metal', "
                         "'cuda' or 'opencl'"}

@@ -26,21 +26,13 @@ from . import index_checks
 from .creation import filled
 from .host_checks import host_check_sites
 from .reduction import empty_reduction
-from .registry import LOWERINGS, FunctionScope, symbol_var
+from .registry import LOWERINGS, FunctionScope, tensor_type
 
 _HANDLE = relax.TensorType((), "int64")  # a tape, as a handle
 
 
 def relax_type(t, symbols: dict[str, tir.Var]):
-    if isinstance(t, TapeType):
-        return _HANDLE
-    dims = []
-    for d in t.shape:
-        if isinstance(d, int):
-            dims.append(d)
-        else:
-            dims.append(symbol_var(symbols, d))
-    return relax.TensorType(dims, t.dtype)
+    return _HANDLE if isinstance(t, TapeType) else tensor_type(t, symbols)
 
 
 def _loose(t):

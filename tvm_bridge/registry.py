@@ -64,6 +64,11 @@ def symbol_var(symbols: dict, name: str):
     return symbols[name]
 
 
+def tensor_type(t, symbols: dict):
+    """The Relax type of IR tensor type `t`, its symbolic dims the function's (`symbol_var`)."""
+    return relax.TensorType([d if isinstance(d, int) else symbol_var(symbols, d) for d in t.shape], t.dtype)
+
+
 def axis_size(bb, x, x_type, axis: int):
     """The size of one axis: an int when static, else read off the tensor at run time."""
     size = x_type.shape[axis]

@@ -7,7 +7,7 @@ from egad.errors import UnsupportedError, message
 from egad.ir import shapes
 
 from .host_checks import check_shape_fits
-from .registry import FunctionScope, axis_size, lowers, symbol_var
+from .registry import FunctionScope, axis_size, lowers, symbol_var, tensor_type
 
 R = relax.op
 
@@ -107,10 +107,11 @@ def _named_dims(bb, sliced, out_type):
     for k, dim in enumerate(out_type.shape):
         if isinstance(dim, str) and dim not in symbols and inferred is not None:
             symbols[dim] = inferred[k]
-    dims = [d if isinstance(d, int) else symbol_var(symbols, d) for d in out_type.shape]
-    if inferred is not None and all(isinstance(d, int) or d.same_as(i) for d, i in zip(dims, inferred)):
+    typed = tensor_type(out_type, symbols)  # (every symbolic dim of it is in `symbols` now)
+    if inferred is not None and all(isinstance(dim, int) or symbols[dim].same_as(length)
+                                    for dim, length in zip(out_type.shape, inferred)):
         return sliced
-    return bb.match_cast(sliced, relax.TensorType(dims, out_type.dtype))
+    return bb.match_cast(sliced, typed)
 
 
 def _symbolic_ends_dropped(bb, x, x_type, axis: int, start: int, dropped: int, dim: str):
