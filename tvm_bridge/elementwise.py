@@ -312,18 +312,20 @@ def _expm1_of(x):
 
 @lowers("log1p")
 def _log1p(bb, args, attrs, binding):
-    # Relax has no log1p, and log(1 + x) loses all relative accuracy for |x| << 1.
-    # Near 0 the Taylor series to x**8 (truncation below 1e-17 relative for |x| < 0.01);
-    # elsewhere log(1 + x), computed in float64 so float32 results are exact to rounding.
-    x, dtype = args[0], binding.inputs[0].type.dtype
-    wide = bb.emit(R.astype(x, "float64")) if dtype != "float64" else x
-    series = relax.const(-1 / 8, "float64")
-    for k in range(7, 0, -1):  # Horner: x * (1 - x * (1/2 - x * (1/3 - ...)))
-        series = R.add(relax.const((-1) ** (k + 1) / k, "float64"), R.multiply(wide, series))
-    series = bb.emit(R.multiply(wide, series))
-    plain = R.log(R.add(wide, relax.const(1, "float64")))
-    result = R.where(R.less(R.abs(wide), relax.const(0.01, "float64")), series, plain)
-    return R.astype(bb.emit(result), dtype) if dtype != "float64" else result
+    return _elementwise_te(bb, _log1p_of, args, "log1p")  # Relax has no log1p
+
+
+def _log1p_of(x):
+    """log1p of a TIR float in its own dtype (Metal and WebGPU have no float64, and only
+    CUDA's codegen has a log1p function). Goldberg's correction: with u = 1 + x rounded,
+    log(u) * x / (u - 1) cancels the rounding of u (x itself where u rounds to 1), where
+    log(1 + x) would lose all relative accuracy for |x| << 1. Past 2**(mantissa bits + 1),
+    u - 1 is u and log(u) is exact enough (and right for inf, where x / (u - 1) is NaN)."""
+    dtype = str(x.ty)
+    one, u = tirx.const(1, dtype), tirx.Var("u", dtype)
+    large = tirx.const(2.0 ** (np.finfo(dtype).nmant + 1), dtype)
+    corrected = tirx.Select(u == one, x, tirx.log(u) * (x / (u - one)))
+    return tirx.Let(u, x + one, tirx.Select(x > large, tirx.log(u), corrected))
 
 
 @lowers("select")

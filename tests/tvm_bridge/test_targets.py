@@ -107,6 +107,15 @@ def test_a_float32_program_keeps_float64_off_the_device():
         assert build(program, target="metal", cache=BuildCache(None)).source
 
 
+@pytest.mark.parametrize("target", ["metal", "webgpu", "opencl"])
+def test_float32_log1p_builds_in_float32_without_a_libm_name(target):
+    """log1p was computed in float64, which Metal and WebGPU lack; TVM's own tirx.log1p
+    prints `log1pf`, a function only CUDA has."""
+    compiled = build(egad.trace(lambda x: enp.log1p(x) * 2.0, X), target=target, cache=BuildCache(None))
+    (_, source), = compiled.source.items()
+    assert "log(" in source and not any(name in source for name in ("log1pf", "double", "f64"))
+
+
 def test_vulkan_builds_or_says_how_to_get_a_vulkan_tvm():
     if tvm.get_global_func("target.build.vulkan", allow_missing=True) is None:
         with pytest.raises(egad.UnsupportedError, match="USE_VULKAN"):
