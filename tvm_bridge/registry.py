@@ -51,14 +51,14 @@ class FunctionScope:
 
 def symbol_var(symbols: dict, name: str):
     """The function's tir variable for symbolic dim `name` (made on first use). A
-    concatenation's dim `D+c` (egad/ir/shapes.py joined_dim) whose D the function
-    already has is the expression D + c, exactly its length: the shape R.concat
-    infers, so that the concatenation and what is built for its dim (a cotangent
-    broadcast to `D+c`, a slice of it) are one shape to Relax."""
+    concatenation's dim `D+c` or `T+U` (egad/ir/shapes.py joined_dim) whose parts the
+    function already has is their sum, exactly its length: the shape R.concat infers,
+    so that the concatenation and what is built for its dim (a cotangent broadcast to
+    `T+U`, a slice of it) are one shape to Relax."""
     if name not in symbols:
-        grown = shapes.grown_dim(name)
-        if grown and grown[0] in symbols:
-            symbols[name] = symbols[grown[0]] + grown[1]
+        parts = shapes.joined_parts(name)
+        if parts and all(isinstance(part, int) or part in symbols for part in parts):
+            symbols[name] = sum(part if isinstance(part, int) else symbols[part] for part in parts)
         else:
             symbols[name] = tir.Var("".join(c if c.isalnum() else "_" for c in name), "int64")
     return symbols[name]

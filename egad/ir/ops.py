@@ -576,13 +576,37 @@ def _concat_vjp(ad, ins, outs, cts, attrs):
     """y = concatenate(xs, axis);  dx_k = the slice of g where x_k sits"""
     axis, g = attrs["axis"], cts[0]
     sizes = [x.type.shape[axis] for x in ins]
-    if sum(1 for size in sizes if not isinstance(size, int)) > 1:
-        ad.unsupported("the gradient of concatenate along a symbolic axis of more than one operand")
+    symbolic = [k for k, size in enumerate(sizes) if not isinstance(size, int)]
+    if len(symbolic) > 1:
+        return _concat_parts_at_run_time_offsets(ad, ins, g, axis, symbolic[0], symbolic[-1])
     grads = []
     for k, x in enumerate(ins):
         index = [slice(None)] * x.ndim
         index[axis] = _concat_part(sizes, k)
         grads.append(g[tuple(index)])
+    return grads
+
+
+def _concat_parts_at_run_time_offsets(ad, ins, g, axis: int, first: int, last: int):
+    """The operands' parts of g where several have symbolic sizes: those before the
+    first symbolic operand and after the last sit at static offsets from g's ends
+    (slices); the rest start at a run-time offset, so their rows are gathered (take)
+    at that offset plus arange of their own size, which keeps their own dims."""
+    sizes = [x.type.shape[axis] for x in ins]
+    grads, offset = [], 0
+    for k, x in enumerate(ins):
+        if k < first or k > last:
+            index = [slice(None)] * x.ndim
+            if k < first or sizes[k] == 0:
+                index[axis] = slice(offset, offset + sizes[k]) if k < first else slice(0, 0)
+            else:
+                after = sum(sizes[k + 1:])
+                index[axis] = slice(-(after + sizes[k]), -after or None)
+            grads.append(g[tuple(index)])
+        else:
+            rows = ad.arange(ad.size_of(x, axis)) + offset
+            grads.append(ad.take(g, rows, axis=axis))
+        offset = offset + ad.size_of(x, axis)
     return grads
 
 

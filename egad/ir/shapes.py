@@ -130,6 +130,23 @@ def joined_dim(dims) -> Dim:
     return "+".join(parts) + (f"+{static}" if static else "")
 
 
+def joined_parts(dim) -> list | None:
+    """The parts joined_dim summed into `dim` (`T+U+3`: ["T", "U", 3]; `T+(U-1)`: ["T",
+    "U-1"]), or None where `dim` is not a sum."""
+    if not isinstance(dim, str):
+        return None
+    parts, depth, start = [], 0, 0
+    for k, c in enumerate(dim + "+"):
+        depth += (c in "([") - (c in ")]")
+        if c == "+" and depth == 0:
+            parts.append(dim[start:k])
+            start = k + 1
+    if len(parts) < 2:
+        return None
+    unwrapped = [part[1:-1] if part.startswith("(") and part.endswith(")") else part for part in parts]
+    return [int(part) if part.isdigit() else part for part in unwrapped]
+
+
 def ends_dropped(start, stop, step) -> int | None:
     """How many elements `[start:stop:step]` drops from the two ends of an axis of any
     length (`[1:]`, `[:-1]`, `[2:-3]`), or None for another kind of slice."""
