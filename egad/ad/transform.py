@@ -89,8 +89,21 @@ class TapeThread:
         return self.builder.resolve(self.get(slot))
 
 
+class _PlacedOnce:
+    """Adjoint regions, handed out as built the first time they are emitted and as
+    fresh copies after (a region appears once in a program). Copying every time made
+    the gradient of K nested branches or loops O(K^2): each level copied all the
+    levels inside it."""
+
+    def placed(self, regions: tuple[Region, ...]) -> tuple[Region, ...]:
+        if getattr(self, "_emitted", False):
+            return tuple(clone_region(r) for r in regions)
+        self._emitted = True
+        return regions
+
+
 @dataclasses.dataclass
-class _LoopAdjoint:
+class _LoopAdjoint(_PlacedOnce):
     """A loop's adjoint body, built during the forward pass, emitted during the backward."""
 
     body: Region
@@ -123,7 +136,7 @@ class _BuiltBranch:
 
 
 @dataclasses.dataclass
-class _BranchAdjoint:
+class _BranchAdjoint(_PlacedOnce):
     branches: tuple[Region, ...]
     slots: list[TapeSlot]
     active_outputs: list[int]
@@ -493,7 +506,7 @@ class BackwardRegion:
                          # a `for` over the trips the forward loop ran: a bound on them does not apply
                          {"n_state": n_carry, "reverse": not binding.attrs.get("reverse", False), "trip_dim": trip_dim,
                           **_kept_attrs(binding, ("trip_guess",))},
-                         [t for t in body.result_types[:n_carry]] + ys_types, (clone_region(body),))
+                         [t for t in body.result_types[:n_carry]] + ys_types, adjoint.placed((body,)))
         position = 0
         for k in adjoint.active_slots:
             self.add(cts, state_inputs[k], outputs[position])
@@ -518,7 +531,7 @@ class BackwardRegion:
             [TapeType(s.elem) for s in adjoint.slots]
         outputs = record(binding.op, [forward.value(binding.inputs[0]), *out_cts, *tapes, *operands], {},
                          [TensorType(t.shape, t.dtype) if isinstance(t, TensorType) else t for t in out_types],
-                         tuple(clone_region(r) for r in adjoint.branches))
+                         adjoint.placed(adjoint.branches))
         for k, ct in zip(adjoint.active_operands, outputs):
             self.add(cts, binding.inputs[1 + k], ct)
         for slot, tape in zip(adjoint.slots, outputs[len(adjoint.active_operands):]):

@@ -97,9 +97,9 @@ def control_result_types(binding: Binding) -> list[TensorType]:
     """Output types of a control op, after checking its regions' signatures."""
     name, types, regions = binding.op, [v.type for v in binding.inputs], binding.regions
 
-    def need(condition: bool, text: str):
+    def need(condition: bool, text):  # text: a str, or a function making one (only on failure)
         if not condition:
-            _fail(text, binding)
+            _fail(text() if callable(text) else text, binding)
 
     if name in ("if", "switch"):
         need(len(types) >= 1, "needs a predicate or index")
@@ -110,9 +110,10 @@ def control_result_types(binding: Binding) -> list[TensorType]:
         outs = regions[0].result_types
         for branch in regions:
             need(_same_types(branch.param_types, operand_types),
-                 f"branch {branch.name!r} params {_show(branch.param_types)} differ from operands {_show(operand_types)}")
+                 lambda: f"branch {branch.name!r} params {_show(branch.param_types)} "
+                         f"differ from operands {_show(operand_types)}")
             need(_same_types(branch.result_types, outs),
-                 f"branch {branch.name!r} returns {_show(branch.result_types)}, another returns {_show(outs)}")
+                 lambda: f"branch {branch.name!r} returns {_show(branch.result_types)}, another returns {_show(outs)}")
         return [_strong(t) for t in outs]
 
     if name == "for":
@@ -123,9 +124,10 @@ def control_result_types(binding: Binding) -> list[TensorType]:
         (body,) = regions
         need(len(body.params) >= 1 and _is_scalar(body.params[0].type, "int"), "body's first param must be the int counter")
         need(_same_types(body.param_types[1:], state + invariants),
-             f"body params {_show(body.param_types[1:])} differ from state+invariants {_show(state + invariants)}")
+             lambda: f"body params {_show(body.param_types[1:])} "
+                     f"differ from state+invariants {_show(state + invariants)}")
         need(_same_types(body.result_types[:n_state], state),
-             f"loop state changes type: in {_show(state)}, out {_show(body.result_types[:n_state])}")
+             lambda: f"loop state changes type: in {_show(state)}, out {_show(body.result_types[:n_state])}")
         trip_dim = binding.attrs["trip_dim"]
         ys = [TensorType((trip_dim,) + t.shape, t.dtype) for t in body.result_types[n_state:]]
         return [_strong(t) for t in state] + ys
@@ -137,11 +139,12 @@ def control_result_types(binding: Binding) -> list[TensorType]:
         cond, body = regions
         for region in regions:
             need(_same_types(region.param_types, types),
-                 f"{region.name} params {_show(region.param_types)} differ from state+invariants {_show(types)}")
+                 lambda: f"{region.name} params {_show(region.param_types)} "
+                         f"differ from state+invariants {_show(types)}")
         need(len(cond.results) == 1 and _is_scalar(cond.results[0].type, "bool"),
-             f"while condition must return one bool scalar, got {_show(cond.result_types)}")
+             lambda: f"while condition must return one bool scalar, got {_show(cond.result_types)}")
         need(_same_types(body.result_types, state),
-             f"loop state changes type: in {_show(state)}, out {_show(body.result_types)}")
+             lambda: f"loop state changes type: in {_show(state)}, out {_show(body.result_types)}")
         return [_strong(t) for t in state]
 
     _fail(f"unknown control op {name!r}", binding)
