@@ -33,8 +33,55 @@ def legalize_and_fuse(target, backend=cpu_generic) -> list:
     nanoseconds (DESIGN §7 also warns that folding a taped constant corrupts it), and
     without a GPU backend's dlight scheduling, which egad applies itself
     (tvm_bridge/gpu.py)."""
-    return [pass_ for pass_ in backend.legalize_passes(target)
-            if pass_.info.name not in ("FoldConstant", "ApplyDefaultSchedule")]
+    passes = []
+    for pass_ in backend.legalize_passes(target):
+        if pass_.info.name not in ("FoldConstant", "ApplyDefaultSchedule"):
+            passes.append(pass_)
+        limit = target.attrs.get("max_function_args")
+        if pass_.info.name == "FuseOps" and limit is not None:
+            passes.append(limit_kernel_buffers(int(limit)))
+    return passes
+
+
+def limit_kernel_buffers(limit: int):
+    """A pass after FuseOps for devices that bind at most `limit` arguments to a kernel
+    (Metal: 31 buffers; TVM's target sets max_function_args, which Relax's FuseOps
+    does not read): a fused group with more is split back into its ops and fused again
+    to half the depth, until every group fits. An op that alone has more (a
+    concatenation of many operands) is split where it is lowered (tvm_bridge/shape.py)."""
+    @tvm.transform.module_pass(opt_level=0, name="egad.LimitKernelBuffers")
+    def limit_kernel_buffers_pass(mod: tvm.IRModule, context) -> tvm.IRModule:
+        depth = int(context.config.get("relax.FuseOps.max_depth", 256))
+        while True:
+            wide = {global_var: func for global_var, func in mod.functions_items()
+                    if isinstance(func, relax.Function) and (func.attrs or {}).get("Primitive")
+                    and _kernel_buffers(func) > limit}
+            if not wide:
+                return mod
+            for global_var, func in list(mod.functions_items()):
+                if isinstance(func, relax.Function) and global_var not in wide:
+                    mod[global_var] = func.inline_functions(wide)
+            for global_var in wide:
+                del mod[global_var]
+            if depth <= 1:
+                return mod
+            depth //= 2
+            with tvm.transform.PassContext(opt_level=3, config={**context.config, "relax.FuseOps.max_depth": depth}):
+                mod = relax.transform.FuseOps()(mod)
+
+    return limit_kernel_buffers_pass
+
+
+def _kernel_buffers(func: relax.Function) -> int:
+    """The buffers a fused group's kernel binds: its tensors in and out, and one for its
+    scalar arguments (symbolic sizes)."""
+    return sum(_tensors_in(param.ty) for param in func.params) + _tensors_in(func.ret_ty) + 1
+
+
+def _tensors_in(ty) -> int:
+    if isinstance(ty, relax.TupleType):
+        return sum(_tensors_in(field) for field in ty.fields)
+    return 1 if isinstance(ty, relax.TensorType) else 0
 
 
 @tvm.transform.module_pass(opt_level=0, name="egad.FuseTransposeMatmul")

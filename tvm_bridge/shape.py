@@ -55,8 +55,18 @@ def _broadcast_to(bb, args, attrs, binding):
     return R.broadcast_to(args[0], target_shape(bb, attrs["shape"], args[1:]))
 
 
+# Operands one concatenation kernel reads at most: Metal binds 31 buffers to a kernel.
+# A wider one is a concatenation of concatenations, which fusion joins back into one
+# kernel where the device binds more (tvm_bridge/fusion.py limit_kernel_buffers).
+MAX_CONCAT_OPERANDS = 16
+
+
 @lowers("concat")
 def _concat(bb, args, attrs, binding):
+    args = list(args)
+    while len(args) > MAX_CONCAT_OPERANDS:
+        args = [bb.emit(R.concat(args[k:k + MAX_CONCAT_OPERANDS], axis=attrs["axis"])) if len(args) - k > 1
+                else args[k] for k in range(0, len(args), MAX_CONCAT_OPERANDS)]
     return R.concat(args, axis=attrs["axis"])
 
 
