@@ -10,8 +10,11 @@ Each round:
    (egad/egraph/analysis.py), then the egglog analysis ruleset runs to saturation;
 2. structural rewrites: one iteration of each selected family's egglog rules, in
    family order, under one egglog `back_off` scheduler (a rule matching more than
-   `match_limit` times in an iteration is banned for `ban_length` iterations, with
-   both doubling on each ban, so an explosive rule cannot starve the rest);
+   `match_limit` times in an iteration, or more than the e-graph has e-nodes, is
+   banned for `ban_length` iterations, with both doubling on each ban, so an explosive
+   rule cannot starve the rest, while a rule that matches once per node of a large
+   program still fires: with a fixed limit of 1,000, algebra's neg-neg never fired on
+   a program with 1,100 double negations, as each round's ban outlasted the round);
 3. loop transformers: the families' Python transformers, on a fresh snapshot; a
    late one (`Rule.late`: rules/checkpoint.py's `recompute-taped-residuals`, which
    copies whole loop pairs again) only in a round where nothing else changed the
@@ -58,7 +61,7 @@ class Limits:
     rounds: int = 12  # rounds of (analyses, rewrites, transformers); late transformers need a few at the end
     nodes: int = 50_000  # e-nodes of the language (terms and attributes)
     seconds: float = 10.0  # wall-clock time of the whole saturation
-    match_limit: int = 1_000  # back_off: matches of one rule in one iteration before it is banned
+    match_limit: int = 1_000  # back_off: matches of one rule in one iteration before it is banned (or e-nodes, if more)
     ban_length: int = 2  # back_off: iterations of the first ban
 
 
@@ -176,7 +179,7 @@ def saturate(encoding: Encoding, families=None, limits: Limits = Limits(),
         written = update(editor, encoding, facts)
         facts_written += written
 
-        scheduler = back_off(match_limit=limits.match_limit, ban_length=limits.ban_length)
+        scheduler = back_off(match_limit=max(limits.match_limit, _size(snapshot)), ban_length=limits.ban_length)
         schedule = ANALYSES.saturate()
         if rulesets:
             schedule = schedule + scheduler.scope(seq(*(run(rs, scheduler=scheduler) for rs in rulesets)))

@@ -499,6 +499,19 @@ def test_a_limit_stops_saturation_cleanly_and_says_which(limits, limit):
     assert_same_results(egad.interpret(program.program, *args), egad.interpret(program.original, *args))
 
 
+def test_a_rule_matching_once_per_node_fires_past_the_match_limit():
+    """back_off bans a rule matching more than match_limit times in an iteration; each
+    round runs one iteration under a fresh scheduler, so the ban outlasted every round
+    and neg-neg never fired on a program with more double negations than the limit.
+    The limit is at least the e-graph's size: once per node is not explosive."""
+    x = np.linspace(-1.0, 1.0, 3)
+    program = egad.trace(lambda x: [-(-(x + float(k))) for k in range(60)], x)
+    optimized = Optimized(program, families=["algebra"], limits=Limits(match_limit=20))
+    assert optimized.report.fired()["neg-neg"] >= 60 and optimized.report.stopped_by == "saturated"
+    assert not [b for b in walk_bindings(optimized.program.region) if b.op == "neg"]
+    assert_same_results(egad.interpret(optimized.program, x), egad.interpret(program, x))
+
+
 def test_saturating_twice_adds_nothing_new():
     args = tuple(np.random.default_rng(7).normal(size=shape) for shape in RNN_SHAPES.values())
     encoding = encode(egad.trace(rnn, *args))
