@@ -505,13 +505,58 @@ def _check_instances(rule, where: str, pattern, search: _InstanceSearch, example
         return checked[0], found.counterexample, None
     except Unsatisfiable:
         pass
+    if not rule.finite_only:
+        for key, instance in itertools.islice(instances.items(), EDGE_SWEPT_INSTANCES):
+            tried, counterexample = _sweep_edges(rule, where, pattern, instance, dict(key))
+            checked[0] += tried
+            if counterexample is not None:
+                return checked[0], counterexample, None
     return checked[0], None, None if checked[0] else f"none of {len(assignments)} well-typed instances was rewritten"
+
+
+# The edge sweep after the random examples: every combination of edge values over the
+# first instances' variables (each variable one value throughout), at most
+# EDGE_COMBINATIONS of them per instance (a seeded sample beyond). Drawn at random, an
+# edge that one variable must hold (NaN for `x != x`) or that three must hold at once
+# (max, max, -max for `(a + b) + c`) came up in one run and not the next.
+EDGE_SWEPT_INSTANCES = 2
+EDGE_COMBINATIONS = 256
+
+
+def _edges(dtype: str) -> list:
+    """The values where rewrites that hold for small numbers break: IEEE's specials and
+    overflow (finfo.max doubled is inf), and the integers where arithmetic wraps."""
+    if dtype == "bool":
+        return [False, True]
+    if dtype.startswith("int"):
+        info = np.iinfo(dtype)
+        return [int(info.min), int(info.max), -1, 0, 1]
+    largest = float(np.finfo(dtype).max)
+    return [np.nan, np.inf, -np.inf, largest, -largest, -0.0, 1.0]
+
+
+def _sweep_edges(rule, where: str, pattern, instance: _Instance, assignment: dict):
+    """(combinations compared, the first Counterexample or None) over edge values."""
+    if instance.rewritten is None or instance.problem is not None:
+        return 0, None
+    per_param = [_edges(type_.dtype) for _, type_ in instance.params]
+    combinations = list(itertools.product(*per_param))
+    if len(combinations) > EDGE_COMBINATIONS:
+        combinations = random.Random(0).sample(combinations, EDGE_COMBINATIONS)
+    for combination in combinations:
+        values = [np.full(type_.shape, value, type_.dtype) for (_, type_), value in zip(instance.params, combination)]
+        problem = _compare(instance, pattern, assignment, values)
+        if problem is not None:
+            return 0, Counterexample(rule, where, [(str(v), x) for (v, _), x in zip(instance.params, values)],
+                                     problem, instance.program, instance.rewritten)
+    return len(combinations), None
 
 
 def _values(type_: TensorType, finite_only: bool = False):
     """Values of `type_` to run both sides on: small numbers, and, unless the rule is
-    `finite_only` (rules/registry.py Rule), IEEE's edges too (inf, NaN, -0.0 and
-    magnitudes whose products overflow), where a rule may change no more than rounding."""
+    `finite_only` (rules/registry.py Rule), the edges too (`_edges`: inf, NaN, -0.0,
+    magnitudes that overflow, integers that wrap), where a rule may change no more than
+    rounding."""
     from hypothesis import strategies as st
     from hypothesis.extra import numpy as hnp
 
@@ -522,10 +567,9 @@ def _values(type_: TensorType, finite_only: bool = False):
     else:
         width = np.dtype(type_.dtype).itemsize * 8
         elements = st.floats(-3, 3, width=width, allow_subnormal=False)
-        if not finite_only:
-            huge = float(np.finfo(type_.dtype).max) / 4
-            edges = st.sampled_from([np.inf, -np.inf, np.nan, -0.0, huge, -huge])
-            elements = st.one_of(elements, elements, elements, edges)  # an edge for one element in four
+    if not finite_only and type_.dtype != "bool":
+        edges = st.sampled_from(_edges(type_.dtype))
+        elements = st.one_of(elements, elements, elements, edges)  # an edge for one element in four
     return hnp.arrays(type_.dtype, tuple(type_.shape), elements=elements)
 
 

@@ -51,7 +51,8 @@ AD_SIMPLIFY.rewrites(
     *(rewrite(op.add(op.index_add(_zeros(dt), index, values, axis=axis), y))
       .to(op.index_add(y, index, values, axis=axis), eq(shape_of(y)).to(shape)) for dt in NUMERIC_DTYPES),
     *(rewrite(op.add(y, op.index_add(_zeros(dt), index, values, axis=axis)))
-      .to(op.index_add(y, index, values, axis=axis), eq(shape_of(y)).to(shape)) for dt in NUMERIC_DTYPES))
+      .to(op.index_add(y, index, values, axis=axis), eq(shape_of(y)).to(shape)) for dt in NUMERIC_DTYPES),
+    finite_only=True)  # reassociates: values that overflow summed among themselves may not once y is added first
 
 AD_SIMPLIFY.rewrites(
     "scatter-of-zeros", "scattering zeros into x adds nothing",

@@ -86,6 +86,31 @@ def test_a_rule_wrong_only_at_inf_and_nan_is_caught_unless_it_says_so(tmp_path, 
     assert cli.main(["rules", "check", str(declared), "--programs", "none"]) == 0
 
 
+@pytest.mark.parametrize("rule", [
+    'rewrite(op.mul(op.mul(a, literal(2.0, "float64")), literal(0.5, "float64"))).to(a, has_dtype(a, "float64"))',
+    'rewrite(op.add(op.add(a, b), c)).to(op.add(a, op.add(b, c)), has_dtype(a, "float64"))',
+    'rewrite(op.floordiv(op.add(a, a), literal(2, "int64"))).to(a, has_dtype(a, "int64"))',
+    'rewrite(op.ne(a, a)).to(literal(False, "bool"), has_dtype(a, "float64"), eq(rank_of(a)).to(i64(0)))',
+], ids=["overflow-then-halve", "reassociate-three", "int-wraps", "nan-only"])
+def test_a_rule_wrong_only_at_an_edge_is_caught_on_every_run(tmp_path, capsys, rule):
+    """Edges came one element in four at random, the largest magnitude was max/4 and
+    ints were -3..3: `(h * 2) * 0.5 -> h` (docs/rules.md's own example), `(a + b) + c`
+    reassociated, `(x + x) // 2 -> x` where ints wrap and `x != x -> False` (NaN only)
+    passed, some on every seed. Found by fuzzing. Every combination of edges is now
+    tried on the first instances."""
+    path, _ = family_file(tmp_path, f'''\
+        from egglog import eq
+        from egad.egraph.analysis import rank_of
+        from egad.egraph.language import literal
+        from egad.rules.patterns import has_dtype
+        c = var("c", Term)
+        MINE.rewrites("edge-{{n}}", "wrong only at an edge", {rule})
+        ''')
+    for seed in ("0", "4"):
+        assert cli.main(["rules", "check", str(path), "--programs", "none", "--seed", seed]) == 1
+        assert "UNSOUND" in capsys.readouterr().out
+
+
 def test_sound_families_pass_with_instances_and_programs_for_each_rule():
     def rnn(W, U, xs, h0):
         return enp.sum(egad.fori_loop(0, xs.shape[0], lambda t, h: enp.tanh(xs[t] @ U + h @ W), h0) ** 2)
