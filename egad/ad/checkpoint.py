@@ -136,7 +136,7 @@ class LoopPolicy:
         if self.cuts:
             return binomial.peak_bytes(self.cuts, self.checkpoint_bytes, self.residual_bytes)
         if self.every is None:
-            return (self.trips or 1) * self.residual_bytes
+            return (1 if self.trips is None else self.trips) * self.residual_bytes
         if self.online:  # the outermost segments as the doubling rule runs them; each level below them even
             return self.doubling.peak_bytes(self.trips, self.every, lambda length: self._even_bytes(length, self.nested))
         return self._even_bytes(self.trips, self.chain)
@@ -185,10 +185,13 @@ class CheckpointPlan:
     # the store-all gradient the plan measured its residuals on (None without a budget):
     # egad.optimize gives it to the e-graph to checkpoint on its own (api._egraph_policies)
     store_all: Program | None = dataclasses.field(default=None, compare=False, repr=False)
+    # peak tape bytes of the planned gradient run on the example inputs, measured where
+    # the plan's own count is an estimate (`_counted_exactly`); None where it is exact
+    measured: int | None = None
 
     @property
     def store_all_bytes(self) -> int:
-        return sum((p.trips or 1) * p.residual_bytes for p in self.policies)
+        return sum((1 if p.trips is None else p.trips) * p.residual_bytes for p in self.policies)
 
     @property
     def planned_bytes(self) -> int:
@@ -217,7 +220,15 @@ class CheckpointPlan:
         if self.budget is not None and any(p.trips is None and p.residual_bytes for p in self.policies):
             head += (", a loop of trips known only at run time counted as one trip (its tapes grow with its "
                      "trips, whatever the budget)")
-        return [head, *(str(p) for p in self.policies if p.residual_bytes), *([self.note] if self.note else [])]
+        notes = [self.note] if self.note else []
+        if self.measured is not None:
+            head += f"; measured on the example inputs: {readable_bytes(self.measured)}"
+            if self.budget is not None and self.measured > self.budget:
+                notes.append(f"the example inputs tape {readable_bytes(self.measured)}, above the budget: only "
+                             f"top-level loops of known trips are checkpointed; loops inside branches, loops "
+                             f"of trips known only at run time and loops nested in them are counted from "
+                             f"estimates")
+        return [head, *(str(p) for p in self.policies if p.residual_bytes), *notes]
 
 
 def top_level_loops(program: Program) -> list:
@@ -522,7 +533,8 @@ def plan(program: Program, wrt=(0,), memory_budget: int | None = None, has_aux: 
                            kind=b.op)
                 for n, (b, residual) in enumerate(zip(loops, _residual_bytes(program, gradient)))]
     if sum(p.bytes for p in policies) <= memory_budget:
-        return CheckpointPlan(memory_budget, tuple(policies), store_all=gradient)
+        return _measured(CheckpointPlan(memory_budget, tuple(policies), store_all=gradient), program, wrt, has_aux,
+                         example_args)
     options = [_options(policy, binding, memory_budget, target) for policy, binding in zip(policies, loops)]
     chosen = _cheapest_within(options, memory_budget)
     note = ""
@@ -530,7 +542,38 @@ def plan(program: Program, wrt=(0,), memory_budget: int | None = None, has_aux: 
         chosen = [min(loop_options, key=lambda o: (o.policy.bytes, o.key)) for loop_options in options]
         note = (f"the budget is below what checkpointing these loops reaches "
                 f"({readable_bytes(sum(o.policy.bytes for o in chosen))}): the least-memory plan is used")
-    return CheckpointPlan(memory_budget, tuple(o.policy for o in chosen), note, store_all=gradient)
+    return _measured(CheckpointPlan(memory_budget, tuple(o.policy for o in chosen), note, store_all=gradient),
+                     program, wrt, has_aux, example_args)
+
+
+def _measured(plan: CheckpointPlan, program: Program, wrt, has_aux: bool, example_args) -> CheckpointPlan:
+    """`plan` with the tape bytes its gradient holds on `example_args`, interpreted,
+    where the plan counts from estimates (`_counted_exactly`)."""
+    if example_args is None or _counted_exactly(program):
+        return plan
+    from ..interp import RunStats, interpret
+    from .api import value_and_grad
+
+    stats = RunStats()
+    interpret(value_and_grad(plan.apply(program), wrt=wrt, has_aux=has_aux), *example_args, stats=stats)
+    return dataclasses.replace(plan, measured=stats.peak_tape_bytes)
+
+
+def _counted_exactly(program: Program) -> bool:
+    """Whether the plan's bytes are exact: every loop is a top-level one of known trips
+    (static, or a `while` loop's on the example inputs) or nested in one with a static
+    trip count. A loop inside a top-level branch is not planned, a loop over a run-time
+    range is counted as one trip, and a nested loop of run-time trips by a guess
+    (`_trip_estimate`)."""
+    for binding in program.region.bindings:
+        if binding.op == "for" and _trips(binding) is None:
+            return False
+        inside = [b for region in binding.regions for b in walk_bindings(region) if b.op in ("for", "while")]
+        if binding.op in ("if", "switch") and inside:
+            return False
+        if binding.op in ("for", "while") and any(b.op == "while" or _trips(b) is None for b in inside):
+            return False
+    return True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -644,7 +687,8 @@ def _trip_counts(program: Program, loops: list, example_args) -> list[int | None
     on `example_args`, or as observed there before (its `trip_guess`, egad/trip_counts.py);
     None without them, or for a `for` over a range known only at run time."""
     counts = [b.attrs.get("trip_guess") if b.op == "while" else _trips(b) for b in loops]
-    if example_args is not None and any(b.op == "while" and c is None for b, c in zip(loops, counts)):
+    # a trip_guess is a mean, and at least 1 (the cost model's guess): the example inputs say exactly
+    if example_args is not None and any(b.op == "while" for b in loops):
         from ..interp import RunStats, interpret
 
         stats = RunStats()

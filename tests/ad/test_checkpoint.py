@@ -137,6 +137,42 @@ def test_a_budget_above_store_all_keeps_store_all_and_one_below_reach_says_so():
     assert policy.bytes == min(even + binomial)
 
 
+def _loop_in_a_branch(W, U, xs, h0):
+    return egad.cond(enp.sum(h0) > -1e9, lambda h: rnn_loss(W, U, xs, h), lambda h: enp.sum(h), h0)
+
+
+def _inner_loop_of_growing_trips(W, U, xs, h0):
+    def step(t, h):
+        return egad.fori_loop(0, t + 1, lambda _, g: enp.tanh(g @ W), enp.tanh(xs[t] @ U + h))
+
+    return enp.sum(egad.fori_loop(0, xs.shape[0], step, h0) ** 2)
+
+
+@pytest.mark.parametrize("loss", [_loop_in_a_branch, _inner_loop_of_growing_trips], ids=["branch", "nested"])
+def test_tapes_the_plan_only_estimates_are_measured_and_a_budget_they_pass_is_reported(loss):
+    """A loop inside a top-level branch was not counted at all ("store-all needs 0 B,
+    this plan 0 B" while 4 KiB were taped) and an inner loop of run-time trips was
+    counted as one trip: the report said the budget was met. Found by fuzzing. Where
+    the plan estimates, it measures the planned gradient on the example inputs."""
+    args = arguments()
+    optimized = egad.optimize(egad.trace(loss, *args), wrt=(0,), rules=(), memory_budget=200)
+    optimized(*args)
+    stats = egad.RunStats()
+    egad.interpret(optimized.program, *args, stats=stats)
+    (plan,) = optimized.checkpoint_plans
+    assert plan.measured == stats.peak_tape_bytes > 200
+    report = optimized.report()
+    assert "measured on the example inputs" in report and "above the budget" in report
+
+
+def test_a_loop_of_no_trips_tapes_nothing_and_meets_any_budget():
+    """0 trips was counted as 1 (`trips or 1`): "store-all needs 128 B" and a budget of
+    1 B "below what checkpointing reaches", for a loop that tapes nothing."""
+    args = arguments(steps=0)
+    plan = checkpoint.plan(egad.trace(rnn_loss, *args), wrt=(0,), memory_budget=1, example_args=args)
+    assert plan.store_all_bytes == plan.planned_bytes == 0 and not plan.note and plan.measured is None
+
+
 @pytest.mark.parametrize("chain", [(8, 4), (8, 2), (8, 4, 2), (8, 4, 2, 1), (16, 4, 1)])
 @pytest.mark.parametrize("loss", ["rnn", "scan", "reverse scan"])
 def test_multi_level_checkpoints_keep_the_gradient(chain, loss):
