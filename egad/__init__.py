@@ -15,7 +15,7 @@ from .ad import grad, value_and_grad
 from .api import Optimized, optimize
 from .errors import (
     ArgumentError, BranchMismatchError, BuildError, EgadError, IndexOutOfRangeError, LoopStateError,
-    NumpyInteropError, ShapeError, TracerConversionError, TracerLeakError, UnsupportedError, VerifyError,
+    NumpyInteropError, RuleError, ShapeError, TracerConversionError, TracerLeakError, UnsupportedError, VerifyError,
 )
 from .frontend.control import cond, fori_loop, scan, switch, while_loop
 from .frontend.convert import function
@@ -31,7 +31,7 @@ __all__ = [
     "Optimized", "cond", "switch", "fori_loop", "while_loop", "scan",
     "stop_gradient", "numpy", "nn", "verify", "TensorType", "EgadError", "ArgumentError", "BranchMismatchError",
     "BuildError", "IndexOutOfRangeError", "LoopStateError", "NumpyInteropError", "ShapeError", "TracerConversionError",
-    "TracerLeakError", "UnsupportedError", "VerifyError",
+    "TracerLeakError", "UnsupportedError", "VerifyError", "RuleError",
 ]
 
 

@@ -579,5 +579,6 @@ def _families(rules) -> tuple:
         if not isinstance(item, registry.Family):
             raise ArgumentError(message(f"rules= holds a {type(item).__name__}, not a rule family",
                                         instead="pass egad.rules.default(), Family objects or family names"))
+        item.ruleset  # noqa: B018 - a rule egglog refuses raises RuleError here, not at the first call
         families.append(item)
     return tuple(families)

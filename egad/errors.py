@@ -68,6 +68,12 @@ class RuleFileError(EgadError):
     """A rule family file (`egad rules check path.py`) could not be loaded, or a family name is unknown."""
 
 
+class RuleError(EgadError, ValueError):
+    """A rewrite rule is malformed (not a rewrite, a side that is not a term, a variable
+    only its right side binds, a bad name): raised where it is declared, or where its
+    family is first used, naming the rule and its file:line."""
+
+
 class BuildError(EgadError, RuntimeError):
     """A program could not be lowered to Relax or compiled by TVM: a defect in egad's
     lowering (or TVM), not in the user's program; the error is chained as its cause."""

@@ -96,6 +96,11 @@ class Counterexample:
         return "\n".join(lines)
 
 
+class MalformedRule(Exception):
+    """A rewrite no node can match (an attribute its op does not have): not a soundness
+    question, a defect in the rule."""
+
+
 @dataclasses.dataclass
 class RuleVerdict:
     rule: object  # egad.rules.Rule
@@ -104,11 +109,14 @@ class RuleVerdict:
     notes: list[str] = dataclasses.field(default_factory=list)
     counterexample: Counterexample | None = None
     seconds: float = 0.0
+    malformed: str | None = None  # why no node can match the rule (MalformedRule)
 
     @property
     def status(self) -> str:
         if self.counterexample is not None:
             return "UNSOUND"
+        if self.malformed is not None:
+            return "MALFORMED"
         return "ok" if self.instances or self.programs else "unchecked"
 
 
@@ -120,7 +128,8 @@ class CheckReport:
 
     @property
     def sound(self) -> bool:
-        return all(v.counterexample is None for v in self.verdicts)
+        """No counterexample and no malformed rule: what `egad rules check` exits 0 on."""
+        return all(v.counterexample is None and v.malformed is None for v in self.verdicts)
 
     def verdict(self, name: str) -> RuleVerdict:
         return next(v for v in self.verdicts if v.rule.name == name)
@@ -133,17 +142,21 @@ class CheckReport:
         lines = text_table(rows, right=(3, 4, 5))
         for v in self.verdicts:
             lines += [f"note: {v.rule.name}: {note}" for note in v.notes]
+            if v.malformed is not None:
+                lines.append(f"MALFORMED: {v.rule.name} ({_where(v.rule)}): {v.malformed}")
         for v in self.verdicts:
             if v.counterexample is not None:
                 lines += ["", str(v.counterexample)]
         unsound = [v.rule.name for v in self.verdicts if v.counterexample is not None]
+        malformed = [v.rule.name for v in self.verdicts if v.malformed is not None]
         unchecked = sum(1 for v in self.verdicts if v.status == "unchecked")
         lines.append("")
         lines.append(f"{len(self.verdicts)} rule{'s' if len(self.verdicts) != 1 else ''} checked in "
                      f"{self.seconds:.1f} s"
                      + (f" (region rules and transformers on {self.programs} programs)" if self.programs else "")
                      + (f", {unchecked} unchecked" if unchecked else "") + ": "
-                     + (f"UNSOUND: {', '.join(unsound)}" if unsound else "no counterexample"))
+                     + (f"UNSOUND: {', '.join(unsound)}" if unsound else "no counterexample")
+                     + (f"; MALFORMED: {', '.join(malformed)}" if malformed else ""))
         return "\n".join(lines)
 
 
@@ -168,6 +181,8 @@ def check(families, programs=None, examples: int = EXAMPLES_PER_RULE, seed: int 
 
     started = time.perf_counter()
     selected = resolve(families)
+    for family in selected:
+        family.ruleset  # noqa: B018 - a rule egglog refuses raises RuleError here, naming it
     rules_ = [rule for family in selected for rule in family.rules]
     verdicts = {rule.name: RuleVerdict(rule) for rule in rules_}
     on_programs = []
@@ -209,8 +224,12 @@ def _check_rewrites(rule, verdict: RuleVerdict, examples: int, seed) -> bool:
             verdict.notes.append(f"{where}: {reason}; checked on programs")
             generable = False
             continue
-        checked, counterexample, why_none = _check_instances(rule, f"{where}: {pattern}", pattern, search,
-                                                             per_item, seed)
+        try:
+            checked, counterexample, why_none = _check_instances(rule, f"{where}: {pattern}", pattern, search,
+                                                                 per_item, seed)
+        except MalformedRule as malformed:
+            verdict.malformed = str(malformed)
+            return True
         verdict.instances += checked
         if counterexample is not None:
             verdict.counterexample = counterexample
@@ -255,6 +274,7 @@ class _InstanceSearch:
         self.domains = {var: self._filtered(var, self._domain(var)) for var in self.order}
         self.nodes = list(_post_order(pattern.lhs))
         self.constant_dtypes = {n.dtype for n in self.nodes if isinstance(n, ConstantPattern)}
+        self.missing_attributes: set[tuple[str, str]] = set()  # (op, attribute) its shape rule read in vain
         if pattern.in_loop and all(v in pattern.outer_vars for v in pattern.term_vars):
             raise NotGenerable("every variable is asked to be loop-invariant: no loop state to build a loop on")
 
@@ -379,6 +399,7 @@ class _InstanceSearch:
         for node in self.nodes:
             if isinstance(node, (OpPattern, ConstantPattern)) and _assigned(node, assignment):
                 if _type_of(node, assignment, memo) is None:
+                    self.missing_attributes |= memo.get(_MISSING_ATTRIBUTES, set())
                     return False
         env = self._env(assignment, memo)
         for condition, variables in self.conditions:
@@ -415,6 +436,9 @@ def _condition_vars(condition, order) -> set:
     return {var for var in order if var.name in names}
 
 
+_MISSING_ATTRIBUTES = object()  # a memo key: (op, attribute) pairs a shape rule read and the pattern lacks
+
+
 def _type_of(pattern, assignment: dict, memo: dict | None = None):
     """The type of a left-side term under `assignment`, None when ill typed (`memo`:
     types already computed under this same assignment)."""
@@ -441,6 +465,9 @@ def _compute_type(pattern, assignment: dict, memo: dict):
         return None
     try:
         outputs = ops.OPS[pattern.op].shape_rule(inputs, dict(substitute(pattern.attrs, assignment)))
+    except KeyError as missing:  # the op reads an attribute the pattern does not give: a typo in the rule
+        memo.setdefault(_MISSING_ATTRIBUTES, set()).add((pattern.op, missing.args[0]))
+        return None
     except Exception:  # noqa: BLE001 - an ill-typed candidate: shape rules raise ShapeError, and worse on nonsense
         return None
     return outputs[0] if len(outputs) == 1 and isinstance(outputs[0], TensorType) else None
@@ -468,6 +495,10 @@ def _check_instances(rule, where: str, pattern, search: _InstanceSearch, example
     instances: dict = {}
     checked = [0]
     assignments = search.assignments(seed or 0)
+    if not assignments and search.missing_attributes:
+        op, attribute = sorted(search.missing_attributes)[0]
+        raise MalformedRule(f"{where}: {op} reads the attribute {attribute!r}, which the left side does not give: "
+                            f"no node can match it (docs/ir.md lists each op's attributes)")
     if not assignments:
         return 0, None, "the search found no well-typed instance"
 
@@ -859,6 +890,7 @@ def _check_program(rule, case, verdict: RuleVerdict) -> bool:
     try:
         report = saturate(encoding, [_alone(rule)], Limits(), memory_limited=True)
     except Exception as error:  # noqa: BLE001 - a transformer that raises is reported, not propagated
+        error = error.__cause__ or error  # the transformer's own error, not the RuleError naming it
         verdict.counterexample = Counterexample(rule, f"program {case.name}", [],
                                                 f"the rule raised {type(error).__name__}: {_first_line(error)}")
         return True

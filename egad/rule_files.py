@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import pathlib
 
-from .errors import RuleFileError, message
+from .errors import RuleError, RuleFileError, message
 from .source import run_user_module
 
 _LOADED: dict[pathlib.Path, list] = {}
@@ -54,9 +54,12 @@ def load_families(path) -> list:
     before = {f.name for f in rules.families()}
     try:
         run_user_module(f"_egad_rule_file_{len(_LOADED)}_{path.stem}", path)
+    except RuleError:
+        raise  # it names the rule and its line already
     except Exception as error:  # noqa: BLE001 - any failure of the user's file is reported as such
         raise RuleFileError(message(
-            f"loading the rule family file {path} failed: {type(error).__name__}: {error}", where=str(path),
+            f"loading the rule family file {path} failed: {type(error).__name__}: {error}",
+            where=_line_in(path, error),
             instead="fix the file (run it with python to see the traceback); family and rule names must be new")) \
             from error
     declared = [f for f in rules.families() if f.name not in before]
@@ -66,6 +69,17 @@ def load_families(path) -> list:
                                             "rules to it (docs/rules.md)"))
     _LOADED[path] = declared
     return declared
+
+
+def _line_in(path: pathlib.Path, error: Exception) -> str:
+    """`path:line` of the last line of `path` that the error's traceback passes, else `path`."""
+    line = getattr(error, "lineno", None) if isinstance(error, SyntaxError) else None
+    traceback = error.__traceback__
+    while traceback is not None:
+        if pathlib.Path(traceback.tb_frame.f_code.co_filename).resolve() == path.resolve():
+            line = traceback.tb_lineno
+        traceback = traceback.tb_next
+    return f"{path}:{line}" if line else str(path)
 
 
 def is_family_file(name) -> bool:

@@ -30,6 +30,7 @@ import egglog
 from egglog import eq, var
 
 from egad.egraph.language import Term
+from egad.errors import RuleError, message
 from egad.egraph.marks import marks
 from egad.egraph.provenance import RuleSite
 
@@ -153,8 +154,10 @@ class Family:
     def rewrites(self, name: str, why: str, *items, finite_only: bool = False) -> Rule:
         """Register a rule made of `rewrite(...)`/`rule(...)` items, sited at the caller;
         `finite_only`: exact only away from inf, NaN and overflow (Rule.finite_only)."""
-        return self._add(Rule(name, self.name, why, RuleSite.here(name, depth=2), len(_RULES), tuple(items),
-                              finite_only=finite_only))
+        site = RuleSite.here(name, depth=2)
+        for k, item in enumerate(items):
+            _check_item(name, site, k, len(items), item)
+        return self._add(Rule(name, self.name, why, site, len(_RULES), tuple(items), finite_only=finite_only))
 
     def transformer(self, name: str, why: str, late: bool = False, memory: bool = False, reads: tuple = (),
                     finite_only: bool = False):
@@ -172,10 +175,20 @@ class Family:
 
     @property
     def ruleset(self) -> egglog.Ruleset | None:
-        """All the family's egglog rules as one ruleset (None when it has none)."""
+        """All the family's egglog rules as one ruleset (None when it has none); a rule
+        egglog refuses (a variable only the right side or a condition binds, a left side
+        that is a bare variable) raises RuleError naming it."""
         if not hasattr(self, "_ruleset"):
             compiled = [r for rule_ in self.rules for r in rule_.egglog_rules]
-            self._ruleset = egglog.ruleset(*compiled, name=f"egad-{self.name}") if compiled else None
+            ruleset = egglog.ruleset(*compiled, name=f"egad-{self.name}") if compiled else None
+            if ruleset is not None:
+                try:
+                    egglog.EGraph().register(*compiled)  # egglog checks a rule where it is first registered
+                except Exception:  # noqa: BLE001 - egglog's own error types
+                    for rule_ in self.rules:
+                        _check_with_egglog(rule_)
+                    raise
+            self._ruleset = ruleset
         return self._ruleset
 
     @property
@@ -183,13 +196,68 @@ class Family:
         return [r for r in self.rules if r.transform is not None]
 
     def _add(self, rule_: Rule) -> Rule:
+        where = f"{rule_.site.file}:{rule_.site.line}"
         if not _KEBAB.match(rule_.name):
-            raise ValueError(f"rule name {rule_.name!r} is not kebab-case")
+            raise RuleError(message(f"rule name {rule_.name!r} is not kebab-case", where=where,
+                                    instead="name it like 'fold-double-negation'"))
         if any(r.name == rule_.name for r in _RULES):
-            raise ValueError(f"rule {rule_.name!r} is defined twice")
+            raise RuleError(message(f"rule {rule_.name!r} is defined twice", where=where,
+                                    instead="give each rule a name of its own"))
         _RULES.append(rule_)
         self.rules.append(rule_)
         return rule_
+
+
+def _check_item(name: str, site: RuleSite, k: int, count: int, item) -> None:
+    """RuleError where item k of rule `name` is not a well-formed rewrite or derivation."""
+    def fail(what: str, instead: str):
+        raise RuleError(message(f"rule {name!r}, item {k + 1} of {count}: {what}", where=f"{site.file}:{site.line}",
+                                instead=instead))
+
+    if isinstance(item, Derivation):
+        for old, new in item.unions:
+            if not (_is_term(old) and _is_term(new)):
+                fail("a union of something other than two terms", "write union(term).with_(term)")
+        return
+    if not isinstance(item, Rewrite):
+        fail(f"a {type(item).__name__}, not rewrite(lhs).to(rhs) or rule(...).then(...)",
+             "wrap the pattern: rewrite(op.neg(op.neg(x))).to(x)")
+    if not _is_term(item.lhs):
+        fail(f"the left side is a {type(item.lhs).__name__}, not a term", "write the left side with op.<name>(...)")
+    if _is_variable(item.lhs):
+        fail("the left side is a bare variable, which matches every term and grounds nothing",
+             "match an op: rewrite(op.neg(op.neg(x))).to(x)")
+    if not _is_term(item.rhs):
+        fail(f"the right side is a {type(item.rhs).__name__}, not a term",
+             "build it with op.<name>(...), a variable of the left side, or literal(value, dtype)")
+    for condition in item.conditions:
+        if not isinstance(condition, (egglog.Fact, egglog.Unit)):
+            fail(f"a condition is a {type(condition).__name__}, not a fact",
+                 "write conditions as eq(a).to(b) or a helper of egad.rules.patterns such as has_dtype(x, 'float64')")
+
+
+def _is_term(value) -> bool:
+    typed = getattr(value, "__egg_typed_expr__", None)
+    return typed is not None and typed.tp.ident.name == "Term"
+
+
+def _is_variable(value) -> bool:
+    return type(value.__egg_typed_expr__.expr).__name__ == "UnboundVarDecl"
+
+
+def _check_with_egglog(rule_: Rule) -> None:
+    """RuleError where egglog refuses one of `rule_`'s compiled rules."""
+    for k, compiled in enumerate(rule_.egglog_rules):
+        try:
+            egglog.EGraph().register(compiled)
+        except Exception as error:  # noqa: BLE001 - egglog's own error types
+            lines = [line for line in str(error).splitlines() if line.strip() and not line.startswith("At ")]
+            reason = lines[0] if lines else type(error).__name__
+            raise RuleError(message(
+                f"rule {rule_.name!r}, item {k + 1} of {len(rule_.rewrites)}: egglog refuses it: {reason}",
+                where=f"{rule_.site.file}:{rule_.site.line}",
+                instead="every variable of the right side and the conditions must appear on the left side "
+                        "(egad's variables print with a leading _)")) from None
 
 
 _FAMILIES: dict[str, Family] = {}

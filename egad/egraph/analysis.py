@@ -212,8 +212,19 @@ def type_conflicts(encoding, snapshot: Snapshot) -> list[str]:
             else:
                 type_ = node_type(encoding, snapshot, node, types)
             if type_ is not None and not type_.same_as(types[cid]):
-                conflicts.append(f"{node} computes {type_} in a class of type {types[cid]}")
+                conflicts.append(f"{_described(encoding, snapshot, node, types)} computes {type_} "
+                                 f"in a class of type {types[cid]}")
     return conflicts
+
+
+def _described(encoding, snapshot: Snapshot, node: ENode, types: dict) -> str:
+    """A node as a reader of rules knows it: `reduce_sum(f64[3], axes=(0,), keepdims=True)`,
+    its operands by their types (egglog's class ids mean nothing to them)."""
+    if not node.head.startswith("Op"):
+        return node.head
+    operands = [str(types.get(child, "?")) for child in children(node) if child.sort == "Term"]
+    attributes = attrs_value(snapshot.node_of, node.args[1], encoding.constants)
+    return f"{node.args[0]}({', '.join(operands + [f'{k}={v!r}' for k, v in attributes.items()])})"
 
 
 # --- loop invariance ------------------------------------------------------------------------

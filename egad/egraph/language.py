@@ -204,6 +204,10 @@ def apply(name: str, inputs, **attr_values) -> Term:
     """The node of op `name` on `inputs`: the constructor is chosen by arity, as on insertion."""
     if name not in ops.OPS or name in MULTI_OUTPUT_OPS or name in ops.TAPE_OPS or name == "const":
         raise ValueError(f"{name!r} is not a pure single-output op of the table")
+    arity = ops.OPS[name].num_inputs
+    if arity is not None and len(inputs) != arity:  # a pattern that could never match a node of the op
+        raise ValueError(f"op {name!r} takes {arity} operand{'s' if arity != 1 else ''}, not {len(inputs)} "
+                         f"(docs/ir.md lists the ops)")
     encoded = attrs(**attr_values)
     constructors = {0: Term.op0, 1: Term.op1, 2: Term.op2, 3: Term.op3}
     if len(inputs) in constructors:

@@ -42,6 +42,7 @@ from collections import Counter
 
 from egglog import back_off, run, seq
 
+from ..errors import EgadError, RuleError, message
 from .analysis import ANALYSES, ANALYSIS_FUNCTIONS, Facts, analyse, update
 from .attrs import attrs_value
 from .edit import Editor
@@ -210,7 +211,7 @@ def saturate(encoding: Encoding, families=None, limits: Limits = Limits(),
             view = TransformView(encoding, snapshot, facts_of(snapshot), editor)
             for rule in phase:
                 view.site, recorded, started = rule.site, len(encoding.provenance), time.perf_counter()
-                matches[rule.name] += rule.transform(view)
+                matches[rule.name] += _run_transformer(rule, view)
                 rule_seconds[rule.name] += time.perf_counter() - started
                 new_nodes[rule.name] += len(encoding.provenance) - recorded
             if editor.flush():
@@ -235,6 +236,19 @@ def saturate(encoding: Encoding, families=None, limits: Limits = Limits(),
     return SaturationReport(tuple(f.name for f in selected), rounds, stopped_by, matches, new_nodes,
                             _size(snapshot), sum(1 for cid in snapshot.nodes if cid.sort == "Term"),
                             time.perf_counter() - start, facts_written, rule_seconds)
+
+
+def _run_transformer(rule, view) -> int:
+    """rule.transform(view); an exception it raises (a defect in the rule) becomes a
+    RuleError naming the rule and its def, so the optimizer's fallback says which."""
+    try:
+        return rule.transform(view)
+    except EgadError:
+        raise
+    except Exception as error:  # noqa: BLE001 - whatever a transformer's Python raises
+        raise RuleError(message(f"the transformer {rule.name!r} raised {type(error).__name__}: {error}",
+                                where=f"{rule.site.file}:{rule.site.line}",
+                                instead="fix the transformer, or leave its family out of rules=")) from error
 
 
 def _size(snapshot: Snapshot) -> int:

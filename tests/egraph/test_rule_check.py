@@ -5,6 +5,7 @@ has never seen, written in a file of the user's own, and 0 on sound families."""
 from __future__ import annotations
 
 import itertools
+import re
 import textwrap
 
 import numpy as np
@@ -229,6 +230,57 @@ def test_family_files_that_cannot_be_used_say_why(tmp_path, capsys):
     broken.write_text("def (:\n")
     with pytest.raises(RuleFileError, match="broken.py failed: SyntaxError"):
         load_families(broken)
+
+
+@pytest.mark.parametrize("item, says", [
+    ("op.neg(a)", "a RuntimeExpr, not rewrite(lhs).to(rhs)"),
+    ("rewrite(op.neg(op.neg(a))).to(0.0)", "the right side is a float, not a term"),
+    ("rewrite(op.neg(a)).to(a, True)", "a condition is a bool, not a fact"),
+    ("rewrite(a).to(op.neg(op.neg(a)))", "the left side is a bare variable"),
+    ("rewrite(op.neg(a)).to(b)", "egglog refuses it: Unbound symbol _b"),
+    ("rewrite(op.tanh(a, b)).to(a)", "op 'tanh' takes 1 operand, not 2"),
+], ids=["not-a-rewrite", "right-side-float", "condition-bool", "bare-variable", "unbound", "arity"])
+def test_a_malformed_rule_is_an_error_naming_it_and_its_line(tmp_path, capsys, item, says):
+    """They were raw AttributeError/EggSmolError tracebacks, a silent fallback of the
+    whole optimizer, or a counterexample cut to "EggSmolError: At 0:0 of ". Found by
+    fuzzing."""
+    path, n = family_file(tmp_path, f'''\
+        MINE.rewrites("malformed-{{n}}", "a typo", {item})
+        ''')
+    assert cli.main(["rules", "check", str(path), "--programs", "none"]) == 2
+    err = capsys.readouterr().err
+    assert says in err and f"{path.name}:{line_of(path, 'MINE.rewrites')}" in err
+    if "egglog" in says:  # a family that loads but egglog refuses: egad.optimize refuses it at once too
+        (family,) = load_families(path)
+        with pytest.raises(egad.RuleError, match=f"malformed-{n}"):
+            egad.optimize(egad.trace(lambda x: -x, np.ones(2)), rules=[family])
+
+
+def test_a_misspelled_attribute_is_malformed_not_unchecked(tmp_path, capsys):
+    """reduce_sum takes `axes`: with `axis` no node can match, and the rule was reported
+    unchecked ("no well-typed instance"), exit 0."""
+    path, n = family_file(tmp_path, '''\
+        MINE.rewrites("sum-of-neg-{n}", "sum(-x) = -sum(x)",
+                      rewrite(op.reduce_sum(op.neg(a), axis=(0,), keepdims=False))
+                      .to(op.neg(op.reduce_sum(a, axis=(0,), keepdims=False))))
+        ''')
+    assert cli.main(["rules", "check", str(path), "--programs", "none"]) == 1
+    out = capsys.readouterr().out
+    assert "MALFORMED" in out and "reduce_sum reads the attribute 'axes', which the left side does not give" in out
+
+
+def test_a_type_change_names_the_op_and_its_operand_types(tmp_path, capsys):
+    path, n = family_file(tmp_path, '''\
+        from egad.rules.patterns import has_dtype
+        MINE.rewrites("drop-keepdims-{n}", "wrong: keepdims=False to True",
+                      rewrite(op.reduce_sum(a, axes=(0,), keepdims=False))
+                      .to(op.reduce_sum(a, axes=(0,), keepdims=True)))
+        ''')
+    assert cli.main(["rules", "check", str(path), "--programs", "none"]) == 1
+    out = capsys.readouterr().out
+    assert re.search(r"the rewrite changes a type: reduce_sum\(f64\[\d\], axes=\(0,\), keepdims=(True|False)\) "
+                     r"computes f64\[1?\] in a class of type f64\[1?\]", out)
+    assert "Value object at" not in out
 
 
 def test_a_family_file_is_loaded_once(tmp_path):
