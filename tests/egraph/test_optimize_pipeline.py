@@ -289,7 +289,9 @@ def test_a_failing_rule_falls_back_and_says_why():
     f = egad.optimize(egad.trace(gated_rnn, *args), wrt=(0,), rules=["algebra", FAILING])
     value, _ = f(*args)
     np.testing.assert_allclose(value, egad.interpret(egad.trace(gated_rnn, *args), *args), rtol=1e-12)
-    assert "the optimizer failed (ValueError: this transformer is broken)" in f.report()
+    report = f.report()  # the transformer named, and its own error
+    assert "the optimizer failed (RuleError: the transformer '" in report
+    assert "raised ValueError: this transformer is broken" in report
 
 
 def test_a_limit_uses_the_best_term_so_far_and_the_report_says_which():
