@@ -51,6 +51,7 @@ class Optimized:
         self._built_programs: dict[int, Program] = {}  # id(compiled) -> the program it was built from
         self.builds = 0  # specializations made ready: compiled, or loaded from a cache
         self.origins = {"built": 0, "memory": 0, "disk": 0}
+        self.disk_problems: list[str] = []  # why this callable's builds could not be read from or written to disk
         self._specializations: dict[tuple, object] = {}
         # a build for the traced shapes made before any call, with no inputs to check it on
         # (`program`, `relax_text`): (compiled, the report records it added); calls never use it
@@ -70,6 +71,10 @@ class Optimized:
 
     def _compiled_for(self, args):
         key = self._call_key(args)
+        if key is None:  # the arguments do not fit the program: say so before building anything
+            from .interp import check_arguments
+
+            check_arguments(self.traced, args)
         compiled = self._specializations.get(key)
         if compiled is None:
             with self._specializing:
@@ -209,6 +214,8 @@ class Optimized:
 
         compiled = build_all(list(programs), target=self.target)
         self.timings["lower and build"] = self.timings.get("lower and build", 0.0) + compiled[0].build_seconds
+        self.disk_problems += [c.disk_problem for c in compiled if c.disk_problem and c.disk_problem not in
+                               self.disk_problems]
         return compiled
 
     def _base(self):
@@ -271,7 +278,7 @@ class Optimized:
             lines += optimization.lines()
         lines += [f"  builds: {self.builds} ({self.origins['built']} compiled, {self.origins['memory']} from the "
                  f"memory cache, {self.origins['disk']} from the disk cache)",
-                 f"  disk cache: {disk}" + (f"; {cache.disk_problem}" if cache.disk_problem else "")]
+                 f"  disk cache: {disk}" + "".join(f"; {problem}" for problem in self.disk_problems)]
         lines += [f"  {phase}: {seconds * 1e3:.1f} ms" for phase, seconds in self.timings.items()]
         return "\n".join(lines)
 
@@ -430,6 +437,8 @@ def _static_key(value):
         return (type(value).__name__, *map(_static_key, value))
     if isinstance(value, dict):
         return ("dict", *sorted((repr(k), _static_key(v)) for k, v in value.items()))
+    if isinstance(value, (float, np.floating)):  # by its bits: -0.0 is not 0.0 (1 / x), and NaN is NaN
+        return ("float", type(value).__name__, float(value).hex())
     try:
         hash(value)
         return ("value", type(value).__name__, value)

@@ -120,6 +120,14 @@ def argument_leaves(program: Program, args: tuple):
 
 
 def _same_static(a, b) -> bool:
+    """Whether static argument `a` is the value `b` it was traced with: floats by their
+    bits (-0.0 is not 0.0, and NaN is NaN), containers item by item, others by ==."""
+    if isinstance(a, (float, np.floating)) and isinstance(b, (float, np.floating)):
+        return float(a).hex() == float(b).hex()
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(map(_same_static, a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same_static(a[k], b[k]) for k in a)
     try:
         same = a == b
         return bool(np.all(same)) if not isinstance(same, bool) else same

@@ -30,11 +30,13 @@ class Compiled:
     returns numpy values. `origin` says whether this build compiled ("built") or came
     from the cache ("memory", "disk")."""
 
-    def __init__(self, program: Program, entry: Entry, target: ResolvedTarget, seconds: float):
+    def __init__(self, program: Program, entry: Entry, target: ResolvedTarget, seconds: float,
+                 disk_problem: str | None = None):
         self.program = program
         self.executable = entry.executable
         self.relax_text = entry.relax_text
         self.origin = entry.origin
+        self.disk_problem = disk_problem  # why this build's disk cache entry could not be read or written
         self.target = target
         self.build_seconds = seconds
         self._machines = _Machines()
@@ -344,7 +346,8 @@ def build_all(programs: list[Program], target="llvm", cache: BuildCache | None =
     entries = [entry or dataclasses.replace(entries[first_of[key]], origin="memory")
                for entry, key in zip(entries, keys)]
     seconds = time.perf_counter() - started
-    return [Compiled(program, entry, resolved, seconds) for program, entry in zip(programs, entries)]
+    return [Compiled(program, entry, resolved, seconds, cache.problems.get(key))
+            for program, entry, key in zip(programs, entries, keys)]
 
 
 @contextlib.contextmanager

@@ -6,10 +6,13 @@ egad/ir/index_ranges.py (a change to a lowering must not reuse libraries built b
 the old one).
 
 On disk an entry is two files in the cache directory: `<key>.so` (the exported
-library) and `<key>.json` (its sha256 and the Relax text). Both are written to a
-temporary name and renamed into place, the JSON last, so a reader sees a whole
-entry or none. An entry whose JSON does not parse, whose library does not match
-its checksum, or which fails to load is deleted and rebuilt, never trusted.
+library) and `<key>.json` (its key, its sha256 and the Relax text). Both are written
+to a temporary name and renamed into place, the JSON last, so a reader sees a whole
+entry or none. An entry whose JSON does not parse or names another key (a swapped
+or hand-copied file), whose library does not match its checksum, or which fails to
+load is deleted (where the directory allows) and rebuilt, never trusted. A library
+is loaded from a private copy, checked there, so that the file changing later
+cannot reach the running code.
 
 The directory is `$EGAD_CACHE_DIR`, else `~/.cache/egad/builds`; `EGAD_DISK_CACHE=0`
 turns the disk cache off. Exporting a CPU library needs a C compiler (TVM links
@@ -35,7 +38,7 @@ from egad.ir.program import Program
 
 from .targets import ResolvedTarget, device_source
 
-_FORMAT = 1  # bump when the entry layout changes
+_FORMAT = 2  # bump when the entry layout changes (2: the JSON names its key)
 
 
 @dataclasses.dataclass
@@ -78,7 +81,7 @@ class BuildCache:
     def __init__(self, directory: pathlib.Path | None):
         self.directory = directory
         self.memory: dict[str, Entry] = {}
-        self.disk_problem: str | None = None  # why the last disk write or read failed
+        self.problems: dict[str, str] = {}  # key -> why its disk entry could not be read or written
 
     def get(self, key: str) -> Entry | None:
         entry = self.memory.get(key)
@@ -109,15 +112,19 @@ class BuildCache:
             return None
         try:
             record = json.loads(meta.read_text())
-            if record.get("format") != _FORMAT or _sha256(library) != record["sha256"]:
-                raise ValueError("checksum or format mismatch")
-            module = tvm.runtime.load_module(str(library))
+            if not isinstance(record, dict) or record.get("format") != _FORMAT or record.get("key") != key:
+                raise ValueError("format mismatch, or an entry filed under another key")
+            module = _load_private_copy(library, record["sha256"])
             relax.VirtualMachine(module, tvm.cpu())  # loads the VM functions: fails here, not at the first call
             return Entry(module, record["relax_text"], "disk")
         except Exception as error:  # noqa: BLE001 - any damage means: rebuild
-            self.disk_problem = f"corrupt cache entry {key} ({type(error).__name__}: {error}); rebuilt"
+            problem = f"corrupt cache entry {key} ({type(error).__name__}: {_short(error)}); rebuilt"
             for path in (meta, library):
-                path.unlink(missing_ok=True)
+                try:
+                    path.unlink(missing_ok=True)
+                except OSError as cannot:  # a read-only or shared cache: rebuilt here every time, and said so
+                    problem += f"; not deleted ({type(cannot).__name__})"
+            self._note(key, problem)
             return None
 
     def _write(self, key: str, entry: Entry) -> Entry:
@@ -130,30 +137,50 @@ class BuildCache:
             self.directory.mkdir(parents=True, exist_ok=True)
             library_tmp = _temporary(self.directory, ".so")
             entry.executable.export_library(str(library_tmp))
+            checksum = _sha256(library_tmp)
             if not device_source(entry.executable):  # CPU code only: it loads here
-                entry = Entry(_load_private_copy(library_tmp), entry.relax_text, entry.origin)
+                entry = Entry(_load_private_copy(library_tmp, checksum), entry.relax_text, entry.origin)
             os.replace(library_tmp, library)
-            record = {"format": _FORMAT, "sha256": _sha256(library), "relax_text": entry.relax_text}
+            record = {"format": _FORMAT, "key": key, "sha256": checksum, "relax_text": entry.relax_text}
             meta_tmp = _temporary(self.directory, ".json")
             meta_tmp.write_text(json.dumps(record))
             os.replace(meta_tmp, meta)  # last: the entry exists once its JSON does
         except Exception as error:  # noqa: BLE001 - a cache that cannot write is only slower
-            self.disk_problem = f"disk cache not written ({type(error).__name__}: {str(error).splitlines()[0]})"
+            self._note(key, f"disk cache not written ({type(error).__name__}: {_short(error)})")
         return entry
 
+    def _note(self, key: str, problem: str) -> None:
+        self.problems[key] = f"{self.problems[key]}; {problem}" if key in self.problems else problem
 
-def _load_private_copy(library: pathlib.Path):
+
+def _load_private_copy(library: pathlib.Path, checksum: str):
     """The library at `library`, loaded from a copy of it that no path names once
-    loaded. Not the file itself: the dynamic loader hands out the library it already
-    has for a path (this key's path may have held an older library in this process),
-    and a cache file rewritten in place (a damaged entry, a user's edit) would pull
-    the pages from under the running code (SIGBUS)."""
-    copy = _temporary(library.parent, ".so")
+    loaded, if the copy's sha256 is `checksum` (else ValueError). Not the file itself:
+    the dynamic loader hands out the library it already has for a path (this key's path
+    may have held an older library in this process), and a cache file rewritten in
+    place (a damaged entry, a user's edit) would pull the pages from under the running
+    code (SIGBUS). The copy is what is checked, so the file changing in between cannot
+    slip past the checksum."""
+    try:
+        copy = _temporary(library.parent, ".so")
+    except OSError:  # a cache directory this process cannot write to
+        copy = _temporary(pathlib.Path(tempfile.gettempdir()), ".so")
     try:
         shutil.copyfile(library, copy)
+        if _sha256(copy) != checksum:
+            raise ValueError("the library does not match its checksum")
         return tvm.runtime.load_module(str(copy))
     finally:
         copy.unlink(missing_ok=True)  # the loaded mapping keeps the file's data
+
+
+def _short(error: Exception) -> str:
+    """An error's message on one line: its first line, and its last where they differ
+    (TVM's compilation errors say what failed on the last)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    if not lines:
+        return ""
+    return lines[0] if len(lines) == 1 else f"{lines[0]} ... {lines[-1]}"[:300]
 
 
 def _temporary(directory: pathlib.Path, suffix: str) -> pathlib.Path:

@@ -79,7 +79,8 @@ def test_the_report_names_rules_costs_the_critical_path_and_phases():
     for phase in ("differentiate", "encode", "saturate", "extract", "decode", "check", "lower and build", "measure"):
         assert f"{phase}: " in report, phase
     assert "batch-input-projection" in report and "e-nodes in" in report and "stopped by saturated" in report
-    assert "predicted cost:" in report and "measured on the example inputs:" in report
+    # "predicted cost (the extraction, not built):" where a noisy measurement kept the original
+    assert "predicted cost" in report and "measured on the example inputs:" in report
     assert "fallback: none" in report or "measured slower than the original" in report  # timing is noisy
     assert "critical path" in report and "reverse for" in report
     assert "test_optimize_pipeline.py:" in report  # the chain is told in the user's lines

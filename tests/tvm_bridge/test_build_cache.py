@@ -102,6 +102,52 @@ def test_a_build_keeps_running_when_its_cache_file_is_rewritten_in_place(tmp_pat
 
 
 @needs_compiler
+def test_a_library_loaded_from_disk_keeps_running_when_its_file_is_rewritten_in_place(tmp_path):
+    """A build read from the disk cache was loaded from the cache file itself: rewriting
+    it in place (`cp backup/KEY.so cache/`) killed the process (SIGBUS). Found by fuzzing."""
+    build(_gradient(), cache=BuildCache(tmp_path))
+    loaded = build(_gradient(), cache=BuildCache(tmp_path))
+    (library,) = tmp_path.glob("*.so")
+    library.write_bytes(library.read_bytes()[:1000])
+    assert loaded.origin == "disk"
+    np.testing.assert_allclose(loaded(*ARGS)[1][0], egad.interpret(_gradient(), *ARGS)[1][0], rtol=1e-10)
+
+
+@needs_compiler
+def test_an_entry_filed_under_another_key_is_rebuilt_not_run(tmp_path):
+    """Nothing tied an entry to its key: two entries' files swapped (a hand-copied
+    cache) ran each program with the other's library, 15 for 6. Found by fuzzing."""
+    doubled, tripled = (egad.trace(lambda x, c=c: enp.sum(x * c), np.ones(3)) for c in (2.0, 5.0))
+    build_all([doubled, tripled], cache=BuildCache(tmp_path))
+    keys = [cache_key(p, resolve("llvm")) for p in (doubled, tripled)]
+    for suffix in (".so", ".json"):
+        first, second = (tmp_path / f"{key}{suffix}" for key in keys)
+        first_bytes = first.read_bytes()
+        first.write_bytes(second.read_bytes())
+        second.write_bytes(first_bytes)
+    for program, want in ((doubled, 6.0), (tripled, 15.0)):
+        rebuilt = build(program, cache=BuildCache(tmp_path))
+        assert rebuilt.origin == "built" and "another key" in rebuilt.disk_problem
+        assert rebuilt(np.ones(3)) == want
+
+
+@needs_compiler
+def test_a_damaged_entry_that_cannot_be_deleted_is_rebuilt_and_said(tmp_path, monkeypatch):
+    """In a cache directory the user cannot write, deleting a damaged entry raised a raw
+    PermissionError at every call. Found by fuzzing."""
+    import pathlib
+
+    build(_gradient(), cache=BuildCache(tmp_path))
+    (library,) = tmp_path.glob("*.so")
+    library.write_bytes(library.read_bytes()[:1000])
+    monkeypatch.setattr(pathlib.Path, "unlink", lambda self, missing_ok=False: (_ for _ in ()).throw(
+        PermissionError(13, "Permission denied")))
+    rebuilt = build(_gradient(), cache=BuildCache(tmp_path))
+    assert rebuilt.origin == "built" and "not deleted (PermissionError)" in rebuilt.disk_problem
+    np.testing.assert_allclose(rebuilt(*ARGS)[0], egad.interpret(_gradient(), *ARGS)[0], rtol=1e-12)
+
+
+@needs_compiler
 def test_disk_cache_survives_a_new_process_cache(tmp_path):
     built = build(_gradient(), cache=BuildCache(tmp_path))
     loaded = build(_gradient(), cache=BuildCache(tmp_path))  # a fresh cache: as in a new process
@@ -130,9 +176,9 @@ def test_damaged_disk_entry_is_rebuilt(tmp_path, damage):
         library.unlink()
     cache = BuildCache(tmp_path)
     rebuilt = build(_gradient(), cache=cache)
-    assert rebuilt.origin == "built" and "corrupt cache entry" in cache.disk_problem
+    assert rebuilt.origin == "built" and "corrupt cache entry" in rebuilt.disk_problem
     np.testing.assert_allclose(rebuilt(*ARGS)[0], egad.interpret(_gradient(), *ARGS)[0], rtol=1e-12)
-    assert json.loads(meta.read_text())["format"] == 1  # written again, whole
+    assert json.loads(meta.read_text())["format"] == 2  # written again, whole
     assert build(_gradient(), cache=BuildCache(tmp_path)).origin == "disk"
 
 

@@ -137,6 +137,36 @@ def test_a_changed_static_argument_is_traced_again():
     assert f.builds == 2
 
 
+def test_static_floats_are_told_apart_by_their_bits():
+    """Static arguments were compared with ==: a call with -0.0 ran the build for 0.0
+    (inf where -inf is right), and a static NaN was refused on the very value it was
+    traced with. Found by fuzzing."""
+    def divided(x, s):
+        return enp.sum(x / s)
+
+    f = egad.optimize(egad.trace(divided, np.ones(3), 0.0, static_argnums=(1,)), wrt=None, rules=())
+    with np.errstate(divide="ignore"):
+        assert f(np.ones(3), 0.0) == np.inf and f(np.ones(3), -0.0) == -np.inf
+    assert f.builds == 2
+    traced_with_nan = egad.trace(divided, np.ones(3), float("nan"), static_argnums=(1,))
+    assert np.isnan(egad.interpret(traced_with_nan, np.ones(3), float("nan")))
+    assert np.isnan(egad.optimize(traced_with_nan, wrt=None, rules=())(np.ones(3), float("nan")))
+    with pytest.raises(egad.ArgumentError, match="was 0.0 when traced, got -0.0"):
+        egad.interpret(egad.trace(divided, np.ones(3), 0.0, static_argnums=(1,)), np.ones(3), -0.0)
+
+
+def test_a_call_that_does_not_fit_the_program_is_refused_before_anything_is_built():
+    """A call with the wrong number of arguments or pytree structure ran the whole
+    pipeline (the e-graph, two builds) before raising, and counted as a build. Found
+    by fuzzing."""
+    f = egad.optimize(egad.trace(_loss, W, XS, H0), wrt=(0,))
+    with pytest.raises(egad.ArgumentError, match="program _loss takes 3 positional arguments, got 2"):
+        f(W, XS)
+    with pytest.raises(egad.ArgumentError, match="argument 0 has structure"):
+        f([W, W], XS, H0)
+    assert f.builds == 0 and not f.optimizations
+
+
 def test_a_program_that_cannot_be_traced_again_reports_the_shape():
     gradient = egad.grad(egad.trace(_loss, W, XS, H0))  # made by a transformation: no function to retrace
     f = egad.optimize(gradient, wrt=None)
