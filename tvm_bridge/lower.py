@@ -100,6 +100,10 @@ class Lowering:
             return self.bb.emit_func_output(relax.Tuple(results))
 
     def binding(self, binding: Binding, env: dict, invoke):
+        if binding.op in ops.CONTROL_OPS and not binding.outputs:
+            # a branch or loop that carries nothing out computes nothing anyone reads (the IR
+            # has no effects); as a Relax If of empty tuples, the VM read a garbage register
+            return
         args = [env[v.uid] for v in binding.inputs]
         if binding.op in ops.CONTROL_OPS:
             outputs = getattr(self, f"_{binding.op}")(binding, args, invoke)

@@ -78,3 +78,18 @@ def test_a_loop_of_no_trip_stacks_rows_of_symbolic_size():
         for g, w in zip(got[1], want[1]):
             assert g.shape == w.shape
             np.testing.assert_allclose(g, w, rtol=1e-12)
+
+
+def test_a_branch_or_loop_that_carries_nothing_out_builds_and_runs():
+    """`if x[0] > 0.5: pass` (or egad.cond of empty tuples) is an `if` with no outputs:
+    lowered as a Relax If of empty tuples, the VM read a garbage register and raised at
+    the first call. Found by fuzzing."""
+    def empty_branches(x):
+        egad.cond(x[0] > 0.5, lambda: (), lambda: ())
+        egad.fori_loop(0, 3, lambda i, state: state, ())
+        return x[1] * 2.0
+
+    x = np.array([0.1, 0.2, 0.3])
+    program = egad.trace(empty_branches, x)
+    assert [b.op for b in program.region.bindings if not b.outputs] == ["if", "for"]
+    assert build(program, cache=BuildCache(None))(x) == egad.interpret(program, x) == 0.4
