@@ -66,28 +66,32 @@ def _reduce_bool(bb, args, attrs, binding):
 @lowers("argmax")
 def _argmax(bb, args, attrs, binding):
     check_not_empty(bb, args[0], binding, [attrs["axis"]])
-    if binding.inputs[0].type.dtype in FLOAT_DTYPES:
-        index_and_value = bb.emit_te(_argmax_first_nan, args[0], attrs["axis"], primfunc_name_hint="argmax")
-        return relax.TupleGetItem(index_and_value, 0)
-    return R.astype(R.argmax(args[0], axis=attrs["axis"]), "int64")
+    index_and_value = bb.emit_te(_argmax_first, args[0], attrs["axis"], primfunc_name_hint="argmax")
+    return relax.TupleGetItem(index_and_value, 0)
 
 
-def _argmax_first_nan(x, axis: int):
-    """The index of the first maximum of x along `axis`, or of its first NaN, as numpy
-    (TVM's argmax compares, and every comparison with NaN is false, so it skips NaN).
-    One reduction, whose order is total (NaN above all, then value, then the lower
-    index), so it may be combined in any order; the identity's index is -1."""
+def _argmax_first(x, axis: int):
+    """The index of the first maximum of x along `axis`, or of its first NaN, as numpy.
+    Not TVM's argmax: every comparison with NaN is false, so it skips NaN, and its
+    identity is (-1, the dtype's least value), which a row of only that value never
+    beats, so it gave -1 for argmax([INT_MIN, INT_MIN]). One reduction, whose order is
+    total (NaN above all, then value, then the lower index), so it may be combined in
+    any order; the identity's index is -1, and any element beats it."""
+    floats = x.dtype in FLOAT_DTYPES
+
     def combine(lhs, rhs):
         (i, a), (j, b) = lhs, rhs
         better_value = tirx.Or(a > b, tirx.And(a == b, i < j))
-        lhs_wins = tirx.And(i >= 0, tirx.Or(j < 0, tirx.Select(
-            tirx.isnan(a), tirx.Or(tirx.Not(tirx.isnan(b)), i < j), tirx.And(tirx.Not(tirx.isnan(b)), better_value))))
+        if floats:
+            better_value = tirx.Select(tirx.isnan(a), tirx.Or(tirx.Not(tirx.isnan(b)), i < j),
+                                       tirx.And(tirx.Not(tirx.isnan(b)), better_value))
+        lhs_wins = tirx.And(i >= 0, tirx.Or(j < 0, better_value))
         return tirx.Select(lhs_wins, i, j), tirx.Select(lhs_wins, a, b)
 
     def identity(index_dtype, value_dtype):
         return tirx.const(-1, index_dtype), tirx.const(0, value_dtype)
 
-    first_max = te.comm_reducer(combine, identity, name="argmax_first_nan")
+    first_max = te.comm_reducer(combine, identity, name="argmax_first")
     axis = axis % len(x.shape)
     k = te.reduce_axis((0, x.shape[axis]), name="k")
 

@@ -108,6 +108,20 @@ def test_argmax_is_the_first_nan_as_in_numpy(dtype):
     assert_same(got, want, [np.asarray(r, "int64") for r in with_numpy(fn, x)])
 
 
+@pytest.mark.parametrize("dtype", ["int32", "int64", "bool"])
+def test_argmax_of_a_row_of_the_least_value_is_its_first_index(dtype):
+    """TVM's argmax starts from (-1, the dtype's least value) and a row of only that
+    value never beats it: argmax([INT_MIN, INT_MIN]) was -1. Found by fuzzing."""
+    least, most = (False, True) if dtype == "bool" else (np.iinfo(dtype).min, np.iinfo(dtype).max)
+    x = np.array([[least, least, least], [least, most, most], [most, least, most]], dtype)
+
+    def fn(xp, a):
+        return xp.argmax(a, axis=1), xp.argmax(a, axis=0)
+
+    got, want = compiled_and_interpreted(lambda a: fn(enp, a), x)
+    assert_same(got, want, [np.asarray(r, "int64") for r in with_numpy(fn, x)])
+
+
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_not_equal_is_unordered_and_so_is_float_truthiness(dtype):
     a = np.array([np.nan, 1.0, 2.0, np.nan, 0.0, -0.0], dtype)
