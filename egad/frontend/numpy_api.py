@@ -601,7 +601,7 @@ def take(a, indices, axis=None):
     axis = shapes.normalize_axis(axis, _rank(a))
     if not is_tracer(indices):
         indices = np.asarray(indices)
-        if not is_int(canonical_dtype(indices.dtype)):
+        if indices.dtype.kind not in "iu":  # any integer array, as numpy takes: uint8 indices too
             raise ShapeError(message(f"take needs integer indices, got {indices.dtype}", where=user_location().long()))
         indices = indices.astype("int64")
     return apply1("take", [a, indices], {"axis": axis})
@@ -786,8 +786,9 @@ def _take_index(x, entry, axis: int, original_shape):
                                      where=user_location().long(), instead="convert with .astype('int64')"))
     else:
         entry = np.asarray(entry)
-        if not is_int(canonical_dtype(entry.dtype)):
+        if entry.dtype.kind not in "iu":  # any integer array, as numpy indexes: uint8 indices too
             raise ShapeError(message(f"indices must be integers, got {entry.dtype}", where=user_location().long()))
+        entry = entry.astype("int64")
     return apply1("take", [x, entry], {"axis": axis})
 
 

@@ -22,14 +22,17 @@ _SHORT = {"bool": "bool", "int32": "i32", "int64": "i64", "float32": "f32", "flo
 
 
 def canonical_dtype(dtype) -> str:
-    """The dtype's name in egad's closed set, or ValueError."""
+    """The dtype's name in egad's closed set, or ShapeError (an EgadError, and a ValueError)."""
     try:
         return _CANONICAL_NAMES[dtype]  # every call checks each argument's dtype: np.dtype(...).name took 4 us
     except (KeyError, TypeError):
         pass
     name = np.dtype(dtype).name
     if name not in DTYPES:
-        raise ValueError(f"dtype {name} is not supported; egad supports {', '.join(DTYPES)}")
+        from ..errors import ShapeError, message
+
+        raise ShapeError(message(f"dtype {name} is not supported; egad supports {', '.join(DTYPES)}",
+                                 instead="convert the array with .astype(), e.g. to int32, int64, float32 or float64"))
     try:
         _CANONICAL_NAMES[dtype] = name
     except TypeError:  # an unhashable dtype spec

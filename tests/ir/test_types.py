@@ -4,6 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import egad
+import egad.numpy as enp
 from egad.ir.types import DTYPES, canonical_dtype
 
 
@@ -19,3 +21,26 @@ def test_an_unsupported_dtype_is_refused_every_time(spelling):
     for _ in range(2):  # never cached as supported
         with pytest.raises(ValueError, match="is not supported; egad supports"):
             canonical_dtype(spelling)
+
+
+@pytest.mark.parametrize("call", [
+    lambda: enp.reshape(np.ones(3, np.int8), (3, 1)),
+    lambda: enp.astype(np.ones(3, np.float16), "float32"),
+    lambda: enp.take(np.ones(3, np.uint16), [0]),
+], ids=["reshape-int8", "astype-float16", "take-uint16"])
+def test_an_unsupported_dtype_is_an_egad_error_where_egad_numpy_runs_eagerly(call):
+    """canonical_dtype raised a plain ValueError, which reached users of enp.reshape,
+    astype and take on such arrays raw. Found by fuzzing."""
+    with pytest.raises(egad.ShapeError, match="dtype .* is not supported; egad supports"):
+        call()
+
+
+@pytest.mark.parametrize("index_dtype", ["int8", "int16", "uint8", "uint16", "uint32"])
+def test_integer_index_arrays_of_any_width_index_as_in_numpy(index_dtype):
+    """A numpy index array of int8 or an unsigned dtype raised a raw ValueError while
+    tracing; numpy (and JAX) take them."""
+    x = np.arange(6.0).reshape(2, 3)
+    index = np.array([2, 0], index_dtype)
+    program = egad.trace(lambda x: (enp.take(x, index, axis=1), x[:, index]), x)
+    for got in egad.interpret(program, x):
+        np.testing.assert_array_equal(got, np.take(x, index, axis=1))
