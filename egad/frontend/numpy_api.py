@@ -671,7 +671,9 @@ def arange(start, stop=None, step=1, dtype=None):
         if is_tracer(stop) and stop._symbol and isinstance(start, (int, np.integer)) and start > 0:
             # arange(k, T) is as long as x[k:] (max(T - k, 0)): the same dim, so they broadcast
             length._symbol = shapes.slice_dim(stop._symbol, int(start), None, None)
-    out_dtype = _dtype_name(dtype) if dtype is not None else result_dtype(start, stop)[0]
+    # numpy's arange counts in int64 or float64 whatever the bounds' widths (arange(np.int32(4)) is int64)
+    out_dtype = _dtype_name(dtype) if dtype is not None else \
+        ("int64" if is_int(result_dtype(start, stop)[0]) else "float64")
     type_dims, sizes = _split_dims([length if is_tracer(length) else int(length)])
     counter = apply1("iota", sizes, {"shape": type_dims, "axis": 0, "dtype": out_dtype}) if sizes else \
         np.arange(int(length), dtype=out_dtype)

@@ -44,3 +44,14 @@ def test_integer_index_arrays_of_any_width_index_as_in_numpy(index_dtype):
     program = egad.trace(lambda x: (enp.take(x, index, axis=1), x[:, index]), x)
     for got in egad.interpret(program, x):
         np.testing.assert_array_equal(got, np.take(x, index, axis=1))
+
+
+@pytest.mark.parametrize("bound", [np.int32(4), np.int64(4), 4])
+def test_arange_of_a_traced_bound_counts_in_numpys_dtype(bound):
+    """numpy's arange is int64 or float64 whatever the bounds' widths; a traced int32
+    bound gave int32."""
+    program = egad.trace(lambda n: (enp.arange(n), enp.arange(1, n)), bound)
+    want = (np.arange(bound), np.arange(1, bound))
+    assert [v.type.dtype for v in program.region.results] == [w.dtype.name for w in want]
+    for got, expected in zip(egad.interpret(program, bound), want):
+        np.testing.assert_array_equal(got, expected)
