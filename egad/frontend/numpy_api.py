@@ -287,7 +287,10 @@ def where(condition, x, y):
 
 
 def clip(a, a_min=None, a_max=None):
-    """numpy's clip: minimum(maximum(a, a_min), a_max); either bound may be None."""
+    """numpy's clip: minimum(maximum(a, a_min), a_max); either bound may be None. A
+    Python scalar `a` is an array to numpy here (strong: clip(3, int32 bounds) is int64)."""
+    if isinstance(a, (bool, int, float)) and not isinstance(a, np.generic):
+        a = np.asarray(a)
     if a_min is not None:
         a = maximum(a, a_min)
     if a_max is not None:

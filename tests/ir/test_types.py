@@ -55,3 +55,14 @@ def test_arange_of_a_traced_bound_counts_in_numpys_dtype(bound):
     assert [v.type.dtype for v in program.region.results] == [w.dtype.name for w in want]
     for got, expected in zip(egad.interpret(program, bound), want):
         np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("dtype", ["int32", "float32"])
+def test_clip_of_a_python_scalar_is_as_wide_as_numpys(dtype):
+    """numpy's clip makes a Python scalar `a` an array (int64 or float64); egad took it
+    for a weak scalar and gave the bounds' dtype."""
+    bounds = np.array([1, 5], dtype)
+    program = egad.trace(lambda lo: enp.clip(3, lo, None), bounds)
+    want = np.clip(3, bounds, None)
+    assert program.region.results[0].type.dtype == want.dtype.name
+    np.testing.assert_array_equal(egad.interpret(program, bounds), want)
