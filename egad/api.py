@@ -287,7 +287,7 @@ def _runs_here(target) -> bool:
     """Whether compiled code for `target` runs on this machine's CPU (where it can be timed)."""
     from .tvm_bridge.targets import resolve
 
-    return resolve(target).kind == "llvm"
+    return resolve(target).runs_here
 
 
 def _memory_limit(program: Program, plan) -> int | None:

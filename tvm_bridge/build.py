@@ -321,6 +321,8 @@ def build_all(programs: list[Program], target="llvm", cache: BuildCache | None =
     side). Each Compiled's `build_seconds` is the wall time of the whole call."""
     resolved = resolve(target)
     cache = shared_cache() if cache is None else cache
+    if resolved.foreign:  # a library for another machine neither loads nor checks here: kept in memory only
+        cache = _memory_only(cache)
     started = time.perf_counter()
     keys = [cache_key(program, resolved) for program in programs]
     entries = [cache.get(key) for key in keys]
@@ -331,7 +333,7 @@ def build_all(programs: list[Program], target="llvm", cache: BuildCache | None =
     def finish(k: int) -> Entry:
         library = _compile(modules[k], resolved, programs[k])
         entry = cache.put(keys[k], Entry(library, modules[k].script(), "built"))
-        if resolved.is_cpu:
+        if resolved.runs_here:
             relax.VirtualMachine(entry.executable, tvm.cpu())  # generates the machine code now, not at the first call
         return entry
 
@@ -348,6 +350,16 @@ def build_all(programs: list[Program], target="llvm", cache: BuildCache | None =
     seconds = time.perf_counter() - started
     return [Compiled(program, entry, resolved, seconds, cache.problems.get(key))
             for program, entry, key in zip(programs, entries, keys)]
+
+
+_MEMORY_ONLY: dict[int, BuildCache] = {}
+
+
+def _memory_only(cache: BuildCache) -> BuildCache:
+    """A cache without a directory, one per `cache`, for builds that cannot go to disk."""
+    if id(cache) not in _MEMORY_ONLY:
+        _MEMORY_ONLY[id(cache)] = BuildCache(None)
+    return _MEMORY_ONLY[id(cache)]
 
 
 @contextlib.contextmanager

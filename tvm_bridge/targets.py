@@ -43,8 +43,26 @@ class ResolvedTarget:
     def is_cpu(self) -> bool:
         return self.kind == "llvm"
 
+    @property
+    def foreign(self) -> bool:
+        """An llvm target for another machine (an `mtriple` not the host's): it builds, but
+        neither runs nor loads here."""
+        triple = self.tvm_target.attrs.get("mtriple") if self.is_cpu else None
+        return triple is not None and str(triple) != _host_triple()
+
+    @property
+    def runs_here(self) -> bool:
+        """Whether its builds run on this machine's CPU (where they can be timed)."""
+        return self.is_cpu and not self.foreign
+
     def device(self):
         """The device to run on, or an EgadError saying why this target only builds."""
+        if self.foreign:
+            raise UnsupportedError(message(
+                f"the program was built for {self.tvm_target.attrs['mtriple']}, not for this machine "
+                f"({_host_triple()})",
+                instead="export the library (Compiled.export_library, with a cross compiler) and run it there, "
+                        "or build with target='llvm'"))
         make = _DEVICES.get(self.kind)
         if make is None:
             raise UnsupportedError(message(
@@ -76,7 +94,8 @@ def resolve(target) -> ResolvedTarget:
         raise UnsupportedError(message(f"target {target!r} is neither a target name nor a TVM target dict",
                                        instead='use e.g. "llvm", "cuda" or {"kind": "llvm", "num-cores": 2}'))
     _require_codegen(kind)
-    if kind == "llvm" and (isinstance(spec, str) or "mcpu" not in spec):
+    foreign = isinstance(spec, dict) and spec.get("mtriple") not in (None, _host_triple())
+    if kind == "llvm" and (isinstance(spec, str) or "mcpu" not in spec) and not foreign:
         # the host CPU, named: LLVM's baseline x86-64 forfeits most vector work, and the
         # name keys the build cache, so a library is never loaded on a CPU it was not built for
         spec = {"kind": "llvm", **({} if isinstance(spec, str) else spec), "mcpu": llvm_get_system_cpu()}
@@ -86,6 +105,10 @@ def resolve(target) -> ResolvedTarget:
         raise UnsupportedError(message(f"TVM does not accept the target {target!r}: {error}",
                                        instead="check the target's kind and attributes")) from None
     return ResolvedTarget(kind, tvm_target)
+
+
+def _host_triple() -> str:
+    return str(tvm.target.Target("llvm").attrs["mtriple"])
 
 
 def _require_codegen(kind: str) -> None:

@@ -183,3 +183,14 @@ def test_cuda_runs_value_and_gradient_on_a_gpu():
     expected_value, (expected_dW,) = egad.interpret(egad.value_and_grad(program, wrt=(1,)), X, W)
     np.testing.assert_allclose(value, expected_value, rtol=1e-4)
     np.testing.assert_allclose(dW, expected_dW, rtol=1e-4, atol=1e-5)
+
+
+def test_an_llvm_target_for_another_machine_builds_and_says_it_runs_there():
+    """A foreign `mtriple` got the host's mcpu added (LLVM refused it per kernel) and the
+    first call raised TVM's raw "architecture mismatch". Found by fuzzing."""
+    foreign = {"kind": "llvm", "mtriple": "aarch64-linux-gnu"}
+    assert "mcpu" not in str(egad.tvm_bridge.targets.resolve(foreign).tvm_target)
+    f = egad.optimize(egad.trace(_elementwise, X, W), wrt=None, rules=(), target=foreign)
+    with pytest.raises(egad.UnsupportedError, match="built for aarch64-linux-gnu, not for this machine"):
+        f(X, W)
+    assert "R.function" in f.relax_text
