@@ -515,8 +515,15 @@ def _retrace_args(program: Program, args) -> list:
 
 
 def _shape_of(leaf) -> tuple:
-    """A leaf's shape without converting it (DLPack arrays, numpy, Python scalars)."""
-    return tuple(leaf.shape) if hasattr(leaf, "shape") else np.shape(leaf)
+    """A leaf's shape without converting it (numpy, arrays with a .shape, Python
+    scalars); an array offered only through DLPack is read as the interpreter reads it."""
+    if hasattr(leaf, "shape"):
+        return tuple(leaf.shape)
+    if hasattr(leaf, "__dlpack__"):
+        from .interp import _host_array
+
+        return _host_array(leaf).shape
+    return np.shape(leaf)
 
 
 def optimize(program: Program, wrt=(0,), target="llvm", memory_budget: int | None = None, rules=None,

@@ -218,10 +218,17 @@ class _DLPackOnly:
         return self._array.shape
 
 
-def test_dlpack_arguments_are_accepted():
+class _DLPackWithoutShape(_DLPackOnly):
+    shape = property(lambda self: (_ for _ in ()).throw(AttributeError("no shape")))
+
+
+@pytest.mark.parametrize("offered", [_DLPackOnly, _DLPackWithoutShape], ids=["with-shape", "dlpack-only"])
+def test_dlpack_arguments_are_accepted(offered):
+    """An array with __dlpack__ and no .shape was taken for a scalar: traced again for
+    shape () and refused with a misleading error about the user's code. Found by fuzzing."""
     program = egad.trace(_loss, W, XS, H0)
     f = egad.optimize(program, wrt=(0,))
-    value, (dW,) = f(_DLPackOnly(W), _DLPackOnly(XS), H0)
+    value, (dW,) = f(offered(W), offered(XS), H0)
     expected_value, (expected_dW,) = egad.interpret(egad.value_and_grad(program), W, XS, H0)
     np.testing.assert_allclose(value, expected_value, rtol=1e-12)
     np.testing.assert_allclose(dW, expected_dW, rtol=1e-10)
