@@ -112,7 +112,9 @@ class Optimized:
         if key is not None:
             self._specializations[key] = compiled
         if key == self._base_key and self._preview is not None:  # the checked build replaces the preview
-            _, records = self._preview
+            preview, records = self._preview
+            self.builds -= 1  # the report counts the builds calls use
+            self.origins[preview.origin] -= 1
             self.optimizations = [o for o in self.optimizations if not any(o is r for r in records)]
             self.checkpoint_plans = [p for p in self.checkpoint_plans if not any(p is r for r in records)]
             self._preview = None

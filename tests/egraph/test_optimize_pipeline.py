@@ -193,6 +193,7 @@ def test_reading_the_program_before_the_first_call_leaves_the_check_on():
     np.testing.assert_allclose(dWi, expected, rtol=1e-10)
     assert "results differ from the original's on the example inputs" in f.report()
     assert len(f.optimizations) == 1 and f.program is f.optimizations[0].original  # the preview's record is gone
+    assert f.builds == sum(f.origins.values()) == 1  # and so is its build (it was counted: "builds: 2")
 
 
 class _WrongBuild:
