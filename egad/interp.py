@@ -41,13 +41,14 @@ class RunStats:
     `tape_bytes` is the bytes held by all tapes now, `peak_tape_bytes` its maximum
     over the run: exactly the residuals reverse-mode AD stored, counted per value
     pushed (no padding, no spare capacity). `while_trips[id(binding)]` lists the trip
-    counts of each run of a `while` binding."""
+    counts of each run of a `while` binding, `for_trips[id(binding)]` those of a `for`."""
 
     def __init__(self):
         self.tape_bytes = 0
         self.peak_tape_bytes = 0
         self.tape_pushes = 0
         self.while_trips: dict[int, list[int]] = {}  # id(while binding) -> its trip count, per run of it
+        self.for_trips: dict[int, list[int]] = {}  # id(for binding) -> its trip count, per run of it
 
     def __repr__(self) -> str:
         return f"RunStats(peak_tape_bytes={self.peak_tape_bytes}, tape_pushes={self.tape_pushes})"
@@ -224,6 +225,8 @@ def _run_for(binding, inputs, run):
     state, invariants = inputs[2:2 + n_state], inputs[2 + n_state:]
     (body,) = binding.regions
     trips = max(hi - lo, 0)
+    if run.stats is not None:
+        run.stats.for_trips.setdefault(id(binding), []).append(trips)
     y_types = body.result_types[n_state:]
     ys: list[list] = [[None] * trips for _ in y_types]
     steps = range(hi - 1, lo - 1, -1) if binding.attrs.get("reverse") else range(lo, hi)

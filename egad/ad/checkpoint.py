@@ -55,11 +55,12 @@ planned keeps O(sqrt(T)) bytes (within sqrt(3) of the best every-k for its T), n
 one more checkpoint per k trips. `segment(program, loop, k)` without `online=`
 keeps k fixed.
 
-Scope: top-level `for` loops with a static trip count (`fori_loop`/`scan` over
-static lengths) and top-level `while` loops; `for` loops with per-trip outputs
-(`scan` ys) need k to divide T, and each deeper level's k must divide the one
-above; binomial cuts take `for` loops without ys only; online segments are for
-`while` loops (the outermost level; deeper levels keep their k).
+Scope: top-level `for` loops (over static lengths, or over a range known only at
+run time, whose segments are counted then: ceil(T/k)) and top-level `while` loops;
+`for` loops with per-trip outputs (`scan` ys) need a static T that k divides, and
+each deeper level's k must divide the one above; binomial cuts take `for` loops of
+static T without ys only; online segments are for `while` loops (the outermost
+level; deeper levels keep their k).
 """
 from __future__ import annotations
 
@@ -104,6 +105,7 @@ class LoopPolicy:
     kind: str = "for"  # "for", or "while": its trips are those it ran on the example inputs
     cuts: tuple[tuple[int, ...], ...] = ()  # binomial: each level's cut positions (egad/ad/binomial.py)
     online: bool = False  # a `while` loop's outermost segments double as it runs on (egad/ad/online.py)
+    observed: bool = False  # a `for` over a range known only at run time: `trips` is its count on the example inputs
 
     @property
     def chain(self) -> tuple[int, ...]:
@@ -150,8 +152,7 @@ class LoopPolicy:
 
     def __str__(self) -> str:
         if self.trips is None:
-            need = ("example inputs to count its trips on" if self.kind == "while"
-                    else "a static trip count")
+            need = "example inputs to count its trips on"
             return (f"{self.kind} loop at {self.where} (trip count known only at run time): store-all, "
                     f"{readable_bytes(self.residual_bytes)} of tapes per trip (segmenting needs {need})")
         policy = "store-all" if self.every is None else f"every-{self.every} checkpoints"
@@ -167,12 +168,13 @@ class LoopPolicy:
                       f"{lengths.min()} trips" + "".join(f", cut into {len(level) - 1} at level {n + 2}"
                                                           for n, level in enumerate(self.cuts[1:]))
                       + f" ({self.recomputations} extra forward pass{'es' if self.recomputations > 1 else ''})")
-        trips = f"{self.trips} trips" if self.kind == "for" else f"{self.trips} trips on the example inputs"
+        trips = f"{self.trips} trips" if self.kind == "for" and not self.observed \
+            else f"{self.trips} trips on the example inputs"
         line = (f"{self.kind} loop at {self.where} ({trips}): {policy}, {readable_bytes(self.bytes)} of tapes "
                 f"(store-all {readable_bytes(self.trips * self.residual_bytes)})")
         if self.online:
             line += "; a run of more trips lengthens its segments too (tapes grow as sqrt(trips), not trips)"
-        elif self.kind == "while" and self.every is not None:
+        elif (self.kind == "while" or self.observed) and self.every is not None:
             line += f"; a run of more trips keeps one more checkpoint per {self.every}"
         return line
 
@@ -398,18 +400,17 @@ def _split_loop(binding, k: int, mark_outer: bool) -> tuple[list, list]:
     that replace its outputs. `mark_outer` marks the outer loop too: it is itself
     the segment of a level above."""
     trips = binding.attrs.get("trip_dim")
-    if not isinstance(trips, int):
-        raise EgadError(message("checkpointing needs a loop with a static trip count",
-                                where=f"the loop at {binding.loc.long()}",
-                                instead="loop over a static range (fori_loop(0, n, ...) with a Python int n)"))
     n_state = binding.attrs["n_state"]
     body = binding.regions[0]
     ys_types = [v.type for v in binding.outputs[n_state:]]
-    if not 1 <= k <= max(trips, 1) or (ys_types and trips % k):
+    if not isinstance(trips, int) and ys_types:
+        raise EgadError(message("checkpointing a loop with per-trip outputs needs a static trip count (every "
+                                "segment stacks k rows)", where=f"the loop at {binding.loc.long()}",
+                                instead="loop over a static range, or carry what the loop stacks in its state"))
+    if not k >= 1 or (isinstance(trips, int) and (k > max(trips, 1) or (ys_types and trips % k))):
         raise EgadError(message(f"cannot checkpoint every {k} trips of a loop of {trips} trips"
                                 + (" with per-trip outputs (k must divide the trip count)" if ys_types else ""),
                                 where=f"the loop at {binding.loc.long()}"))
-    segments = math.ceil(trips / k)
     lo, hi = binding.inputs[:2]
     inits, invariants = binding.inputs[2:2 + n_state], binding.inputs[2 + n_state:]
     state_types = [v.type for v in binding.outputs[:n_state]]
@@ -424,15 +425,22 @@ def _split_loop(binding, k: int, mark_outer: bool) -> tuple[list, list]:
             stop = enp.minimum(start + k, Tracer(seg, hi_param))
             inner = record("for", [start, stop, *(Tracer(seg, v) for v in state), *(Tracer(seg, v) for v in invs)],
                            # a static trip_dim only where every segment has k trips (it sizes ys, here and in AD)
-                           {**binding.attrs, "trip_dim": k if trips % k == 0 else None, "trip_guess": k,
-                            CHECKPOINT_ATTR: True},
+                           {**binding.attrs, "trip_dim": k if isinstance(trips, int) and trips % k == 0 else None,
+                            "trip_guess": k, CHECKPOINT_ATTR: True},
                            state_types + [TensorType((k,) + t.shape[1:], t.dtype) for t in ys_types],
                            (clone_region(body),))
             results = [seg.resolve(x) for x in inner]
         outer_region = Region(tuple(seg.params), seg.bindings, tuple(results), "segment")
+        if isinstance(trips, int):
+            segments = math.ceil(trips / k)
+        else:  # trips known only at run time (an egad.Spec's "T"): ceil(max(hi - lo, 0) / k) segments
+            segments = (enp.maximum(Tracer(top, hi) - Tracer(top, lo), 0) + (k - 1)) // k
+        guess = binding.attrs.get("trip_guess")
         outer = record("for", [0, segments, *(Tracer(top, v) for v in inits), *(Tracer(top, v) for v in invariants),
                                Tracer(top, lo), Tracer(top, hi)],
-                       {"n_state": n_state, "reverse": binding.attrs.get("reverse", False), "trip_dim": segments,
+                       {"n_state": n_state, "reverse": binding.attrs.get("reverse", False),
+                        "trip_dim": segments if isinstance(segments, int) else None,
+                        **({"trip_guess": max(1, math.ceil(guess / k))} if guess else {}),
                         **({CHECKPOINT_ATTR: True} if mark_outer else {})},
                        state_types + [TensorType((segments, k) + t.shape[1:], t.dtype) for t in ys_types],
                        (outer_region,))
@@ -530,7 +538,7 @@ def plan(program: Program, wrt=(0,), memory_budget: int | None = None, has_aux: 
     loops = top_level_loops(program)
     trips = _trip_counts(program, loops, example_args)
     policies = [LoopPolicy(n, str(b.loc), trips[n], None, residual, _nbytes_all(b.outputs[:b.attrs["n_state"]]),
-                           kind=b.op)
+                           kind=b.op, observed=b.op == "for" and _trips(b) is None and trips[n] is not None)
                 for n, (b, residual) in enumerate(zip(loops, _residual_bytes(program, gradient)))]
     if sum(p.bytes for p in policies) <= memory_budget:
         return _measured(CheckpointPlan(memory_budget, tuple(policies), store_all=gradient), program, wrt, has_aux,
@@ -549,7 +557,7 @@ def plan(program: Program, wrt=(0,), memory_budget: int | None = None, has_aux: 
 def _measured(plan: CheckpointPlan, program: Program, wrt, has_aux: bool, example_args) -> CheckpointPlan:
     """`plan` with the tape bytes its gradient holds on `example_args`, interpreted,
     where the plan counts from estimates (`_counted_exactly`)."""
-    if example_args is None or _counted_exactly(program):
+    if example_args is None or _counted_exactly(program, [p.trips for p in plan.policies]):
         return plan
     from ..interp import RunStats, interpret
     from .api import value_and_grad
@@ -559,14 +567,15 @@ def _measured(plan: CheckpointPlan, program: Program, wrt, has_aux: bool, exampl
     return dataclasses.replace(plan, measured=stats.peak_tape_bytes)
 
 
-def _counted_exactly(program: Program) -> bool:
+def _counted_exactly(program: Program, trips: list) -> bool:
     """Whether the plan's bytes are exact: every loop is a top-level one of known trips
     (static, or a `while` loop's on the example inputs) or nested in one with a static
     trip count. A loop inside a top-level branch is not planned, a loop over a run-time
     range is counted as one trip, and a nested loop of run-time trips by a guess
     (`_trip_estimate`)."""
+    loops = iter(trips)
     for binding in program.region.bindings:
-        if binding.op == "for" and _trips(binding) is None:
+        if binding.op in ("for", "while") and next(loops) is None:  # a range known only at run time, unseen
             return False
         inside = [b for region in binding.regions for b in walk_bindings(region) if b.op in ("for", "while")]
         if binding.op in ("if", "switch") and inside:
@@ -597,7 +606,9 @@ def _options(policy: LoopPolicy, binding, budget: int, target) -> list[_Option]:
     candidates = [policy] + [dataclasses.replace(policy, every=chain[0], nested=chain[1:],
                                                  online=policy.kind == "while")
                              for chain in _chains(policy.trips, has_ys)]
-    if binding.op == "for" and not has_ys:
+    if policy.observed and has_ys:  # each segment stacks k rows: k must divide a trip count known only at run time
+        return [_Option(policy, (0.0, 0, 0))]
+    if binding.op == "for" and not has_ys and not policy.observed:  # cuts at static positions
         candidates += _binomial(policy, budget)
     pass_seconds = policy.trips * region_seconds(binding.regions[-1], target)  # a while's body follows its cond
     options = [_Option(c, (c.recomputations * pass_seconds, 2 - _evenness(c) if c.checkpointed else 0,
@@ -683,17 +694,19 @@ def _evenness(policy: LoopPolicy) -> int:
 
 
 def _trip_counts(program: Program, loops: list, example_args) -> list[int | None]:
-    """Per top-level loop, its trip count: a `for` loop's static one, a `while` loop's
-    on `example_args`, or as observed there before (its `trip_guess`, egad/trip_counts.py);
-    None without them, or for a `for` over a range known only at run time."""
+    """Per top-level loop, its trip count: a `for` loop's static one, else its trips
+    on `example_args` (a loop over an `egad.Spec`'s "T"); a `while` loop's on
+    `example_args`, or as observed there before (its `trip_guess`,
+    egad/trip_counts.py); None without them."""
     counts = [b.attrs.get("trip_guess") if b.op == "while" else _trips(b) for b in loops]
     # a trip_guess is a mean, and at least 1 (the cost model's guess): the example inputs say exactly
-    if example_args is not None and any(b.op == "while" for b in loops):
+    if example_args is not None and any(b.op == "while" or c is None for b, c in zip(loops, counts)):
         from ..interp import RunStats, interpret
 
         stats = RunStats()
         interpret(program, *example_args, stats=stats)
-        counts = [stats.while_trips.get(id(b), [None])[0] if b.op == "while" else c for b, c in zip(loops, counts)]
+        seen = {**stats.for_trips, **stats.while_trips}
+        counts = [seen.get(id(b), [None])[0] if b.op == "while" or c is None else c for b, c in zip(loops, counts)]
     return counts
 
 

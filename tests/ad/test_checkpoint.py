@@ -238,21 +238,43 @@ def test_a_deeper_level_must_divide_the_one_above():
         checkpoint.segment(program, 0, 6, 4)
     with pytest.raises(EgadError, match="within segments of 6"):
         checkpoint.segment(program, 0, 6, 6)
-    with pytest.raises(EgadError, match="static trip count"):
-        checkpoint.segment(program, 0, 5, 1)  # 12 trips every 5: the last segment is short
+    # 12 trips every 5: the last segment is short, so the segment loop's trips are counted at run time
+    _assert_same_gradients(checkpoint.segment(program, 0, 5, 1), program, arguments())
 
 
-def test_loops_without_a_static_trip_count_are_refused_with_the_reason():
+def _assert_same_gradients(segmented, program, args):
+    got, want = (egad.interpret(egad.value_and_grad(p, wrt=(0,)), *args) for p in (segmented, program))
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
+    np.testing.assert_allclose(got[1][0], want[1][0], rtol=1e-10, atol=1e-12)
+
+
+def test_a_loop_over_a_run_time_range_is_segmented_for_the_trips_it_runs():
+    """A `for` over a range known only at run time (an egad.Spec's "T", a traced n) was
+    never checkpointed, whatever the budget, and counted as one trip. Found by fuzzing.
+    Its segments of k trips are counted at run time; the plan picks k for the trips the
+    example inputs run; per-trip outputs still need a static trip count."""
     def dynamic(W, n):
         return enp.sum(egad.fori_loop(0, n, lambda t, h: enp.tanh(h @ W), enp.ones((2, 2))))
 
-    program = egad.trace(dynamic, np.eye(2), np.int64(3))
-    with pytest.raises(EgadError, match="static trip count"):
-        checkpoint.segment(program, 0, 2)
-    plan = checkpoint.plan(program, wrt=(0,), memory_budget=1)  # planned around, said in the report
+    W = np.eye(2) * 0.9
+    program = egad.trace(dynamic, W, np.int64(3))
+    for n in (0, 1, 5, 12):
+        _assert_same_gradients(checkpoint.segment(program, 0, 2), program, (W, np.int64(n)))
+    plan = checkpoint.plan(program, wrt=(0,), memory_budget=1)  # no inputs: planned around, said in the report
     assert [p.every for p in plan.policies] == [None] and "known only at run time" in "\n".join(plan.lines())
-    np.testing.assert_allclose(egad.interpret(plan.apply(program), np.eye(2), np.int64(3)),
-                               egad.interpret(program, np.eye(2), np.int64(3)))
+    args = arguments()
+    spec = egad.trace(rnn_loss, args[0], args[1], egad.Spec(("T", B, I), "float64"), args[3])
+    plan = checkpoint.plan(spec, wrt=(0,), memory_budget=600, example_args=args)
+    (policy,) = plan.policies
+    assert policy.checkpointed and policy.trips == T and "12 trips on the example inputs" in "\n".join(plan.lines())
+    for steps in (T, 2 * T + 1):
+        longer = arguments(steps=steps)
+        stats = egad.RunStats()
+        egad.interpret(egad.value_and_grad(plan.apply(spec), wrt=(0,)), *longer, stats=stats)
+        assert stats.peak_tape_bytes <= (plan.planned_bytes if steps == T else 3 * plan.planned_bytes)
+        _assert_same_gradients(plan.apply(spec), spec, longer)
+    with pytest.raises(EgadError, match="per-trip outputs needs a static trip count"):
+        checkpoint.segment(egad.trace(scan_loss, args[0], args[1], egad.Spec(("T", B, I), "float64"), args[3]), 0, 2)
     with pytest.raises(EgadError, match="no top-level loop number 1"):
         checkpoint.segment(program, 1, 2)
 
