@@ -81,6 +81,11 @@ class AdjointMath:
         missing = tuple(k for k, c in enumerate(term) if c not in kept)
         if missing:
             ordered = numpy_api.expand_dims(ordered, missing)
+        # an index x holds at size 1 that another operand holds at n was broadcast: its cotangent sums
+        broadcast = tuple(k for k, (mine, theirs) in enumerate(zip(numpy_api.shape(x), numpy_api.shape(ordered)))
+                          if mine == 1 and theirs != 1)
+        if broadcast:
+            ordered = numpy_api.sum(ordered, axis=broadcast, keepdims=True)
         return numpy_api.broadcast_to(ordered, numpy_api.shape(x))
 
     def unslice(self, g, x, index):

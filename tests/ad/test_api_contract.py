@@ -442,3 +442,17 @@ def test_rnn_gradient_matches_differences_at_5_steps_and_stays_finite_at_500():
     xs = 0.1 * RNG.standard_normal((500, 2))
     grads = grad_of(_rnn, (W, U, xs, h0), wrt=(0, 1, 2, 3))
     assert all(np.all(np.isfinite(g)) for g in grads)
+
+
+@pytest.mark.parametrize("spec, shapes", [
+    ("ij,ij->ij", [(1, 3), (2, 3)]),
+    ("i,ij->ij", [(1,), (3, 2)]),
+    ("ij,jk->ik", [(2, 1), (3, 4)]),
+])
+def test_the_gradient_of_an_einsum_that_broadcasts_a_size_one_index(spec, shapes):
+    """einsum takes an index at size 1 in one operand and n in another, as numpy does;
+    its gradient broadcast the size-n cotangent to the size-1 operand and failed
+    ("cannot broadcast f64[2,3] to (1, 3)"): it sums there. Found by fuzzing."""
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal(shape) for shape in shapes]
+    assert_gradients_match(lambda a, b: enp.sum(enp.sin(enp.einsum(spec, a, b))), args, wrt=(0, 1))
