@@ -513,9 +513,12 @@ class _FunctionConverter:
         if _bound_names(node.test):
             # `while (s := f(x)) < t:` binds s in the function; a separate condition function
             # would lose it. The test runs before the loop and again at the end of each trip.
+            # The copy is taken first: converting the test rewrites its nodes in place, and a
+            # half-converted copy would bind the generated names in the body (UnboundLocalError).
             test = f"__egad_test_{next(_counter)}"
+            again = copy.deepcopy(node.test)
             before = self.statement(_located([_assign(test, node.test)], node)[0])
-            node.body = node.body + _located([_assign(test, copy.deepcopy(node.test))], node)
+            node.body = node.body + _located([_assign(test, again)], node)
             node.test = _name(test)
             return before + self._while(node)
         statement_id = next(_counter)
