@@ -638,9 +638,22 @@ class _Expressions(ast.NodeTransformer):
         self.generic_visit(node)
         if len(node.ops) == 1:
             return node
-        # a < b < c  ->  (a < b) and (b < c), with b evaluated once per use as Python does
-        parts = [ast.Compare(left, [op], [right]) for left, op, right in
-                 zip([node.left, *node.comparators[:-1]], node.ops, node.comparators)]
+        # a < b < c evaluates b once, and c only when a < b holds.
+        if not any(_bound_names(operand) for operand in node.comparators):
+            # compare_chain(a, ("Lt", "Lt"), lambda: b, lambda: c): no name to bind, so it runs
+            # anywhere, a comprehension's iterable included (where `:=` is a SyntaxError)
+            ops = _strings([type(op).__name__ for op in node.ops])
+            return ast.copy_location(_call("compare_chain", node.left, ops, *map(_thunk, node.comparators)), node)
+        # An operand binds a name with `:=`, so thunks cannot hold it:
+        # (a < (m := b)) and (m < c), with `and` carrying the names c binds (see _lazy).
+        lefts, rights = [node.left], []
+        for middle in node.comparators[:-1]:
+            temporary = f"__egad_middle_{next(_counter)}"
+            rights.append(ast.copy_location(ast.NamedExpr(_name(temporary, store=True), middle), middle))
+            lefts.append(ast.copy_location(_name(temporary), middle))
+        rights.append(node.comparators[-1])
+        parts = [ast.copy_location(ast.Compare(left, [op], [right]), node)
+                 for left, op, right in zip(lefts, node.ops, rights)]
         result = parts[-1]
         for part in reversed(parts[:-1]):
             result = self._lazy([result], node, "and_", part)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import operator
 import re
 
 import numpy as np
@@ -183,6 +184,21 @@ def _short_circuit(left, right, bound, op: str):
 
 
 _RESULT = "__egad_result"
+
+
+_COMPARISONS = {"Eq": operator.eq, "NotEq": operator.ne, "Lt": operator.lt, "LtE": operator.le, "Gt": operator.gt,
+                "GtE": operator.ge, "Is": operator.is_, "IsNot": operator.is_not,
+                "In": lambda a, b: a in b, "NotIn": lambda a, b: a not in b}
+
+
+def compare_chain(left, ops, *operands):
+    """`left ops[0] b ops[1] c ...` (`operands` are thunks of b, c, ...): as in Python,
+    each operand runs once, and only while the comparisons before it hold (`and_`)."""
+    right = operands[0]()
+    result = _COMPARISONS[ops[0]](left, right)
+    if len(ops) == 1:
+        return result
+    return and_(result, lambda: compare_chain(right, ops[1:], *operands[1:]))
 
 
 def _may_fail(thunk) -> bool:

@@ -50,3 +50,54 @@ def test_a_walrus_nested_in_a_while_test_is_carried(fn):
     for n in (1, 2, 3):
         _check(fn, X, n)  # static n: a Python loop until the test turns traced
         _check(fn, X, np.int64(n), trace_args=(X, np.int64(3)))
+
+
+# --- a < b < c evaluates b once ---------------------------------------------------------
+
+@egad.function
+def _chain_with_a_static_side_effect(x):
+    it = iter([1.0, 2.0, 3.0])
+    s = enp.sum(x)
+    if 0 < next(it) < 5:  # static: Python's if, but next() ran twice
+        s = s + next(it)
+    return s
+
+
+@egad.function
+def _chain_with_a_traced_middle_call(x):
+    calls = []
+
+    def middle(v):
+        calls.append(1)
+        return v
+
+    c = -5 < middle(enp.sum(x)) < 5
+    return enp.sum(x) * len(calls) + enp.where(c, 1.0, 0.0)
+
+
+@egad.function
+def _chains_in_loops_tests_and_comprehensions(x, n):
+    i = 0
+    acc = 0.0 * x[0]
+    while 0 <= i < n and -5 < x[i % 3] * i < 5:
+        acc = acc + x[i % 3]
+        i = i + 1
+    ys = [1.0 if -1 < v < 1 else 0.0 for v in [x[0], x[1]]]
+    zs = [v for v in range(3 if 0 < len(x) < 9 < 10 else 2)]  # `:=` is a SyntaxError here
+    for v in x:
+        if -1 < v < (w := 1.5) <= 3:  # a name bound in the last operand
+            acc = acc + w
+    return acc + ys[0] + len(zs) + (1.0 if 0 < enp.sum(x) < 1.5 < 2 else 3.0)
+
+
+def test_a_chained_comparison_evaluates_its_middle_operand_once():
+    """`a < b < c` became `(a < b) and (b < c)` with the same node `b` twice, so b ran
+    twice (next() skipped an element; a call under tracing ran two or three times).
+    Found by fuzzing."""
+    _check(_chain_with_a_static_side_effect, X)
+    _check(_chain_with_a_traced_middle_call, X)
+    _check(_chain_with_a_traced_middle_call, -10 * X, trace_args=(X,))
+    for n in (0, 2, 5):
+        _check(_chains_in_loops_tests_and_comprehensions, X, n)
+        _check(_chains_in_loops_tests_and_comprehensions, X, np.int64(n), trace_args=(X, np.int64(5)))
+
