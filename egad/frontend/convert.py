@@ -154,10 +154,27 @@ def assigned_names(statements) -> list[str]:
         def visit_Lambda(self, node):
             pass
 
-        def visit_ListComp(self, node):  # comprehension variables are their own scope
-            pass
+        def visit_ListComp(self, node):
+            # its `for` variables are its own scope, but a `:=` in it binds in the function
+            for inner in _walk_scope(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                if isinstance(inner, ast.NamedExpr):
+                    add(inner.target.id)
 
         visit_SetComp = visit_DictComp = visit_GeneratorExp = visit_ListComp
+
+        def visit_MatchAs(self, node):  # `case a:`, `case [x, *rest]:`, `case {**rest}:` capture names
+            if node.name is not None:
+                add(node.name)
+            self.generic_visit(node)
+
+        def visit_MatchStar(self, node):
+            if node.name is not None:
+                add(node.name)
+
+        def visit_MatchMapping(self, node):
+            if node.rest is not None:
+                add(node.rest)
+            self.generic_visit(node)
 
         def visit_Import(self, node):
             for alias in node.names:

@@ -101,3 +101,61 @@ def test_a_chained_comparison_evaluates_its_middle_operand_once():
         _check(_chains_in_loops_tests_and_comprehensions, X, n)
         _check(_chains_in_loops_tests_and_comprehensions, X, np.int64(n), trace_args=(X, np.int64(5)))
 
+
+# --- names bound by `:=` in comprehensions and by `match` captures are assigned ----------
+
+@egad.function
+def _walrus_in_a_comprehension_under_an_if(x):
+    t = x[0]
+    if enp.sum(x) > 0:
+        ys = [(t := a * 2) for a in [x[1], x[2]]]
+        zs = {i: (t := t + a) for i, a in enumerate([x[0]])}
+        _ = [[(t := t + u) for u in [x[2]]] for _ in range(2)]  # nested: still binds the function's t
+    return t
+
+
+@egad.function
+def _walrus_in_a_comprehension_in_a_loop(xs):
+    t = xs[0, 0]
+    for row in xs:
+        ys = [(t := a * 2) for a in [row[0], row[1]]]
+    return t
+
+
+@egad.function
+def _match_captures_under_an_if(x):
+    a, r, m = x[0], x[0], x[0]
+    if enp.sum(x) > 0:
+        match x[1] * 3:
+            case a:
+                pass
+        match (x[1], x[2], x[0]):
+            case (p, *rest):
+                r = rest[1] + p
+        match {"k": x[2], "j": x[1]}:
+            case {"k": v, **others}:
+                m = others["j"] + v
+    return a + r + m
+
+
+@egad.function
+def _match_captures_in_a_loop(xs):
+    a = xs[0, 0]
+    for row in xs:
+        match [row[0], row[2]]:
+            case [c, *d]:
+                a = a + c
+    return a + c + d[0]
+
+
+def test_names_bound_in_comprehensions_and_match_patterns_are_carried():
+    """assigned_names skipped comprehensions (a `:=` in one binds in the function) and
+    saw only Name stores (not `case a:`, `*rest`, `**rest`), so such a name assigned
+    under a traced if or loop silently kept its old value. Found by fuzzing."""
+    rows = np.arange(12.0).reshape(4, 3) / 5 - 1
+    for fn in (_walrus_in_a_comprehension_under_an_if, _match_captures_under_an_if):
+        _check(fn, X)
+        _check(fn, -X, trace_args=(X,))
+    for fn in (_walrus_in_a_comprehension_in_a_loop, _match_captures_in_a_loop):
+        _check(fn, rows)
+        _check(fn, rows[:1] * 3, trace_args=(egad.Spec(("T", 3), "float64"),))
