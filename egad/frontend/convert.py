@@ -363,8 +363,12 @@ class _JumpRewriter:
             orelse, s2 = self.block(node.orelse, loop)
             node.body, node.orelse = body or [ast.Pass()], orelse
             return [node], s1 | s2
-        if isinstance(node, (ast.With, ast.Try)):
+        if isinstance(node, (ast.With, ast.Try, ast.Match)):
             sets = set()
+            for case in getattr(node, "cases", []):
+                rewritten, case_sets = self.block(case.body, loop)
+                case.body = rewritten or [ast.Pass()]
+                sets |= case_sets
             for field in ("body", "orelse", "finalbody"):
                 if hasattr(node, field):
                     rewritten, field_sets = self.block(getattr(node, field), loop)
@@ -429,7 +433,7 @@ class _FunctionConverter:
         function_id = next(_counter)
         flags = _Flags(function_id)
         nested_return = any(_contains([s], ast.Return) for s in node.body
-                            if isinstance(s, (ast.If, ast.While, ast.For, ast.With, ast.Try)))
+                            if isinstance(s, (ast.If, ast.While, ast.For, ast.With, ast.Try, ast.Match)))
         rewriter = _JumpRewriter(flags, nested_return)
         body, _ = rewriter.block(node.body, None)
         if nested_return:
@@ -470,6 +474,8 @@ class _FunctionConverter:
                 setattr(node, field, self.block(getattr(node, field)))
         for handler in getattr(node, "handlers", []):
             handler.body = self.block(handler.body)
+        for case in getattr(node, "cases", []):
+            case.body = self.block(case.body)
         return [_Expressions(self.filename).visit(node)]
 
     def _generated(self, name, params, body, like):

@@ -159,3 +159,53 @@ def test_names_bound_in_comprehensions_and_match_patterns_are_carried():
     for fn in (_walrus_in_a_comprehension_in_a_loop, _match_captures_in_a_loop):
         _check(fn, rows)
         _check(fn, rows[:1] * 3, trace_args=(egad.Spec(("T", 3), "float64"),))
+
+
+@egad.function
+def _traced_if_in_a_case(x, mode="up"):
+    a = x[0]
+    match mode:
+        case "up":
+            if enp.sum(x) > 0:
+                a = a * 2
+        case _:
+            a = a - 1
+    return a
+
+
+@egad.function
+def _jumps_in_cases_in_a_traced_loop(xs, mode="up"):
+    a = xs[0, 0]
+    for row in xs:
+        match mode:
+            case "up":
+                if enp.sum(row) > 0.5:
+                    break
+                if enp.sum(row) > 0:
+                    continue
+            case _:
+                pass
+        a = a + row[0]
+    return a + row[1]
+
+
+@egad.function
+def _return_in_a_case_in_a_traced_loop(xs, mode="up"):
+    for row in xs:
+        match mode:
+            case "up":
+                if enp.sum(row) > 0.5:
+                    return row[0]
+    return xs[0, 0]
+
+
+def test_the_bodies_of_match_cases_are_converted():
+    """A `match` statement's case bodies were left as Python: a traced `if` in one was a
+    TracerConversionError, and a `break` or `return` in one inside a traced loop was not
+    turned into a flag. Found while fixing the fuzzing bug above (match captures)."""
+    rows = np.arange(12.0).reshape(4, 3) / 5 - 1
+    _check(_traced_if_in_a_case, X)
+    _check(_traced_if_in_a_case, -X, trace_args=(X,))
+    for fn in (_jumps_in_cases_in_a_traced_loop, _return_in_a_case_in_a_traced_loop):
+        _check(fn, rows)
+        _check(fn, -rows, trace_args=(rows,))
