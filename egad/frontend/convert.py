@@ -248,6 +248,32 @@ def _walk_scope(node, stop_at):
 
 
 _LOOPS = (ast.While, ast.For, ast.AsyncFor)
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+_COMPOUND = (ast.If, ast.While, ast.For, ast.With, ast.Try, ast.Match)
+
+
+def _always_returns(statements) -> bool:
+    """Does every path through a block end in `return` or `raise` (a conservative
+    answer: False when unsure), so that a function ending with it never falls off its end?"""
+    if not statements:
+        return False
+    last = statements[-1]
+    if isinstance(last, (ast.Return, ast.Raise)):
+        return True
+    if isinstance(last, ast.If):
+        return _always_returns(last.body) and _always_returns(last.orelse)
+    if isinstance(last, ast.With):
+        return _always_returns(last.body)
+    if isinstance(last, ast.Try):
+        return _always_returns(last.finalbody) or (
+            _always_returns(last.orelse or last.body) and all(_always_returns(h.body) for h in last.handlers))
+    if isinstance(last, ast.While):  # `while True:` without a break never ends but by return
+        return isinstance(last.test, ast.Constant) and bool(last.test.value) and not _direct_jumps(last.body, ast.Break)
+    if isinstance(last, ast.Match):
+        final = last.cases[-1]
+        irrefutable = isinstance(final.pattern, ast.MatchAs) and final.pattern.pattern is None and final.guard is None
+        return irrefutable and all(_always_returns(case.body) for case in last.cases)
+    return False
 
 
 def _direct_jumps(body, kind) -> bool:
@@ -432,14 +458,21 @@ class _FunctionConverter:
         """Rewrite a FunctionDef in place."""
         function_id = next(_counter)
         flags = _Flags(function_id)
-        nested_return = any(_contains([s], ast.Return) for s in node.body
-                            if isinstance(s, (ast.If, ast.While, ast.For, ast.With, ast.Try, ast.Match)))
+        nested_return = any(_contains([s], ast.Return) for s in node.body if isinstance(s, _COMPOUND))
+        ends_in_return = _always_returns(node.body)  # read before the jump pass rewrites the returns
+        early_return_line = min((r.lineno for s in node.body if isinstance(s, _COMPOUND)
+                                 for r in _walk_scope(s, _SCOPES) if isinstance(r, ast.Return)), default=node.lineno)
         rewriter = _JumpRewriter(flags, nested_return)
         body, _ = rewriter.block(node.body, None)
         if nested_return:
             body = _located([_assign(flags.returned, ast.Constant(False)),
                              _assign(flags.retval, _call("Undefined", ast.Constant("return value")))], node) + body
-            body.append(ast.copy_location(ast.Return(_name(flags.retval)), node.body[-1]))
+            result = _name(flags.retval)
+            if not ends_in_return:  # Python returns None where no `return` ran
+                end = ast.Tuple([ast.Constant(c) for c in (node.name, self.filename, early_return_line,
+                                                           node.end_lineno or node.body[-1].lineno)], ast.Load())
+                result = _call("result_or_none", _name(flags.returned), result, end)
+            body.append(ast.copy_location(ast.Return(result), node.body[-1]))
         params = {a.arg for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)}
         params |= {a.arg for a in (node.args.vararg, node.args.kwarg) if a is not None}
         for statement in body:

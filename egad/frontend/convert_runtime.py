@@ -116,6 +116,23 @@ def _carriable(value) -> bool:
     return True
 
 
+def result_or_none(returned, value, where: tuple):
+    """The result of a converted function whose `return`s inside loops or branches became
+    a flag, and that may fall off its end: `value` if a `return` ran, else None, as in
+    Python. A traced flag (a `return` ran on some runs only) would make the result None
+    on the others, which a program cannot return: refused."""
+    if not is_tracer(returned):
+        return value if returned else None
+    name, file, return_line, end_line = where
+    raise UnsupportedError(message(
+        f"{name} returns from inside a loop or branch on a traced value (the return at line {return_line}) and can "
+        "also reach its end without a `return`, where Python returns None: egad cannot return None on some runs "
+        "and an array on others",
+        where=SourceLoc(file, end_line, name).long(),
+        instead=f"add a final `return` to {name} after line {end_line} with a value of the same type "
+                "(e.g. `return enp.zeros_like(...)`)"))
+
+
 # --- and / or / not / x if c else y ------------------------------------------------
 
 def not_(value):

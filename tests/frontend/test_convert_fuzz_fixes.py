@@ -209,3 +209,48 @@ def test_the_bodies_of_match_cases_are_converted():
     for fn in (_jumps_in_cases_in_a_traced_loop, _return_in_a_case_in_a_traced_loop):
         _check(fn, rows)
         _check(fn, -rows, trace_args=(rows,))
+
+
+# --- falling off the end after a return in a traced loop is refused ------------------------
+
+def _first_large_row_sum(xs):
+    for row in xs:
+        if enp.sum(row) > 10.0:
+            return enp.sum(row)
+
+
+def _static_early_return(x, n):
+    for i in range(n):
+        if i > 5:
+            return x * i
+
+
+@egad.function
+def _returns_on_every_path(xs, t):
+    for row in xs:
+        if enp.sum(row) > t:
+            return enp.sum(row)
+    if t > 100:
+        return xs[0, 0]
+    else:
+        return xs[0, 1]
+
+
+def test_a_return_in_a_traced_loop_without_a_final_return_is_refused():
+    """A function returning from inside a traced loop and falling off its end (Python
+    returns None when the loop ends without returning) silently returned zeros, the
+    return value's placeholder. Now an UnsupportedError naming the function and its
+    line; a static fall-off returns None, as in Python. Found by fuzzing."""
+    rows = np.ones((4, 3))
+    with pytest.raises(egad.UnsupportedError) as info:
+        egad.trace(_first_large_row_sum, rows, convert=True)
+    text = str(info.value)
+    line = _first_large_row_sum.__code__.co_firstlineno + 3
+    assert f"test_convert_fuzz_fixes.py:{line} (in _first_large_row_sum)" in text
+    assert "returns None" in text and "add a final `return`" in text
+    assert egad.function(_static_early_return)(X, 3) is None
+    results = []
+    egad.trace(lambda x: results.append(egad.function(_static_early_return)(x, 2)) or x, X)
+    assert results == [None]  # converted, static: the loop ends without returning
+    for t in (0.0, 2.0, 200.0):
+        _check(_returns_on_every_path, rows * 0.5, np.float64(t), trace_args=(rows, np.float64(1.0)))
