@@ -93,7 +93,7 @@ def _first_yield_line(fn) -> int:
 
 
 def convert(fn):
-    """The converted version of `fn` (same signature, globals and closure values)."""
+    """The converted version of `fn` (same signature and globals, and the same closure cells)."""
     try:
         source = textwrap.dedent(inspect.getsource(fn))
         filename = inspect.getsourcefile(fn) or "<unknown>"
@@ -120,11 +120,17 @@ def convert(fn):
     ast.fix_missing_locations(wrapper_module)
     code = compile(wrapper_module, filename, "exec")
     factory_code = next(c for c in code.co_consts if isinstance(c, types.CodeType))
-    make = types.FunctionType(factory_code, fn.__globals__)
-    cells = [cell.cell_contents for cell in (fn.__closure__ or ())]
-    converted = make(*cells, convert_runtime)
-    converted.__defaults__ = fn.__defaults__
+    # The factory only gives the converted code the original's free variable names; the
+    # function is built on the original's own cells, so that `nonlocal` writes reach the
+    # enclosing scope and a variable rebound (or first bound) after the conversion is seen.
+    converted_code = next(c for c in factory_code.co_consts
+                          if isinstance(c, types.CodeType) and c.co_name == definition.name)
+    cells = dict(zip(free, fn.__closure__ or ()))
+    cells[RUNTIME] = types.CellType(convert_runtime)
+    converted = types.FunctionType(converted_code, fn.__globals__, fn.__name__, fn.__defaults__,
+                                   tuple(cells[name] for name in converted_code.co_freevars))
     converted.__kwdefaults__ = fn.__kwdefaults__
+    converted.__qualname__ = fn.__qualname__
     return converted
 
 

@@ -254,3 +254,42 @@ def test_a_return_in_a_traced_loop_without_a_final_return_is_refused():
     assert results == [None]  # converted, static: the loop ends without returning
     for t in (0.0, 2.0, 200.0):
         _check(_returns_on_every_path, rows * 0.5, np.float64(t), trace_args=(rows, np.float64(1.0)))
+
+
+# --- converted functions share the original's closure cells ---------------------------
+
+def test_a_converted_function_shares_its_closure_cells():
+    """The converted function got copies of its closure's values at the first trace: a
+    `nonlocal` write never reached the enclosing scope, a variable rebound later was
+    stale in later traces, and one not bound yet was a raw `ValueError: Cell is empty`.
+    Found by fuzzing."""
+    count = 0
+    scale = 1.0
+
+    @egad.function
+    def f(y):
+        nonlocal count
+        count += 1
+        if enp.sum(y) > 0:
+            return y * scale
+        return y
+
+    np.testing.assert_allclose(egad.interpret(egad.trace(f, X), X), X)
+    assert count == 1
+    scale = 3.0
+    np.testing.assert_allclose(egad.interpret(egad.trace(f, X), X), X * 3.0)
+    assert count == 2
+
+    @egad.function
+    def g(y):
+        if enp.sum(y) > 0:
+            return helper(y)
+        return y
+
+    with pytest.raises(NameError, match="helper"):  # as Python's own call would
+        egad.trace(g, X)
+
+    def helper(y):
+        return y * 2
+
+    np.testing.assert_allclose(egad.interpret(egad.trace(g, X), X), X * 2)
