@@ -57,8 +57,10 @@ class RegionBuilder:
         if owner is self:
             return tracer._var
         if owner.closed or not self.is_within(owner):
+            made = next((b.loc for b in owner.bindings if any(v is tracer._var for v in b.outputs)), None)
+            made_at = f" at {made.long()}" if made is not None and made.line else ""
             raise TracerLeakError(message(
-                f"a traced value {tracer._var.type} from a {owner.name} region was used outside it",
+                f"a traced value {tracer._var.type} computed in {_region_words(owner)}{made_at} was used outside it",
                 where=f"{user_location().long()}",
                 instead="return the value from the loop body or branch (as loop state or output) "
                         "instead of storing it in a Python variable or list"))
@@ -78,6 +80,18 @@ class RegionBuilder:
                 params.append(Var(outer.type, outer.hint))  # a sibling needs it, this region doesn't
         self.closed = True
         return Region(tuple(params), self.bindings, tuple(results), self.name)
+
+
+def _region_words(builder: RegionBuilder) -> str:
+    """How a message names a region: in the user's terms (a `probe` is egad.function's
+    trial trace of a loop body or branch, which the user never wrote)."""
+    if builder.name == "probe":
+        return "a loop body or branch on a traced value"
+    if builder.name in ("then", "else") or builder.name.startswith("branch"):
+        return f"a branch ({builder.name}) of a traced if or egad.cond"
+    if builder.name in ("body", "cond"):
+        return f"a traced loop's {'body' if builder.name == 'body' else 'condition'}"
+    return f"a {builder.name} region"
 
 
 def current() -> RegionBuilder | None:

@@ -33,6 +33,7 @@ import textwrap
 import types
 
 from ..errors import UnsupportedError, message
+from ..source import SourceLoc
 from . import context
 from . import convert_runtime
 
@@ -353,9 +354,10 @@ class _Flags:
 class _JumpRewriter:
     """Rewrite break/continue/return inside control flow as flags + guards."""
 
-    def __init__(self, flags: _Flags, uses_return_flag: bool):
+    def __init__(self, flags: _Flags, uses_return_flag: bool, filename: str, function: str):
         self.flags = flags
         self.uses_return_flag = uses_return_flag
+        self.filename, self.function = filename, function
 
     def block(self, statements, loop) -> tuple[list, set]:
         """(rewritten statements, flags that may be set by them). `loop` is
@@ -417,7 +419,8 @@ class _JumpRewriter:
     def _loop(self, node):
         if node.orelse:
             raise UnsupportedError(message(f"`{'while' if isinstance(node, ast.While) else 'for'} ... else` "
-                                           "is not supported by egad.function", where=f"line {node.lineno}",
+                                           "is not supported by egad.function",
+                                           where=SourceLoc(self.filename, node.lineno, self.function).long(),
                                            instead="use a flag variable set before break"))
         loop_id = next(_counter)
         has_break = _direct_jumps(node.body, ast.Break)
@@ -468,7 +471,7 @@ class _FunctionConverter:
         ends_in_return = _always_returns(node.body)  # read before the jump pass rewrites the returns
         early_return_line = min((r.lineno for s in node.body if isinstance(s, _COMPOUND)
                                  for r in _walk_scope(s, _SCOPES) if isinstance(r, ast.Return)), default=node.lineno)
-        rewriter = _JumpRewriter(flags, nested_return)
+        rewriter = _JumpRewriter(flags, nested_return, self.filename, node.name)
         body, _ = rewriter.block(node.body, None)
         if nested_return:
             body = _located([_assign(flags.returned, ast.Constant(False)),

@@ -424,7 +424,7 @@ def range_(*args):
     start, stop, step = (0, args[0], 1) if len(args) == 1 else (args[0], args[1], args[2] if len(args) > 2 else 1)
     if is_tracer(step) or step == 0:
         raise EgadError(message("range() over traced bounds needs a static, non-zero step",
-                                instead="use a Python int step, e.g. range(0, n, 2)"))
+                                where=user_location().long(), instead="use a Python int step, e.g. range(0, n, 2)"))
     return TracedRange(start, stop, step)
 
 

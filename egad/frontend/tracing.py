@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 
-from ..errors import ArgumentError, EgadError, UnsupportedError, message
+from ..errors import ArgumentError, EgadError, TracerLeakError, UnsupportedError, message
 from ..ir.program import ArgSignature, Program, Region
 from ..ir.types import Dim, TensorType, canonical_dtype
 from ..ir.verify import verify
@@ -166,6 +166,8 @@ def trace(fn, *args, static_argnums=(), convert: bool = False) -> Program:
         try:
             with located_at(location):  # constants returned as Python values belong to fn, not the caller
                 results = [builder.resolve(to_tracer(leaf)) for leaf in out_leaves]
+        except TracerLeakError as error:  # it already names where the value was made and the output's line
+            raise TracerLeakError(f"the traced function's output: {error}") from None
         except EgadError as error:
             raise EgadError(message(f"the traced function's output: {error}", where=location)) from None
     region = Region(tuple(builder.params), builder.bindings, tuple(results), "program")

@@ -293,3 +293,51 @@ def test_a_converted_function_shares_its_closure_cells():
         return y * 2
 
     np.testing.assert_allclose(egad.interpret(egad.trace(g, X), X), X * 2)
+
+
+# --- refusals name the user's file and line --------------------------------------------
+
+def _while_else(x):
+    i = 0
+    while enp.sum(x) > i:
+        i = i + 1
+    else:
+        i = i + 10
+    return x[0] * i
+
+
+def _range_with_a_traced_step(x, n):
+    acc = 0.0 * x[0]
+    for i in range(0, 10, n):
+        acc = acc + 1
+    return acc
+
+
+def _append_in_a_traced_loop(xs):
+    ys = []
+    for row in xs:
+        ys.append(enp.sum(row))
+    return ys[0]
+
+
+def test_conversion_refusals_name_the_file_and_line():
+    """`while ... else` said only "at line N", range() with a traced step named no place,
+    and a value appended to a list in a traced loop was "from a probe region" (an
+    internal trial trace) at the def line. Found by fuzzing."""
+    here = "test_convert_fuzz_fixes.py"
+
+    def line_of(fn, offset):
+        return f"{here}:{fn.__code__.co_firstlineno + offset} (in {fn.__name__})"
+
+    with pytest.raises(egad.UnsupportedError, match="while ... else") as info:
+        egad.trace(_while_else, X, convert=True)
+    assert line_of(_while_else, 2) in str(info.value)
+    with pytest.raises(egad.EgadError, match="static, non-zero step") as info:
+        egad.trace(_range_with_a_traced_step, X, np.int64(2), convert=True)
+    assert line_of(_range_with_a_traced_step, 2) in str(info.value)
+    with pytest.raises(egad.TracerLeakError) as info:
+        egad.trace(_append_in_a_traced_loop, np.ones((4, 3)), convert=True)
+    text = str(info.value)
+    assert "computed in a loop body or branch on a traced value at " in text
+    assert f"{line_of(_append_in_a_traced_loop, 3)} was used outside it" in text
+    assert "probe" not in text
