@@ -462,6 +462,9 @@ class _FunctionConverter:
         # share them with the converted function (`nonlocal`) instead of taking them as
         # parameters, so that a closure called inside a branch or loop sees their current value.
         self.closure_names: set[str] = set()
+        # Nested defs that write a `global`/`nonlocal` variable: a call to one under a traced
+        # condition would apply its write on every path (it runs once, when traced).
+        self.outer_writers: set[str] = set()
 
     def convert_function(self, node):
         """Rewrite a FunctionDef in place."""
@@ -488,6 +491,8 @@ class _FunctionConverter:
             self.outer_scope.update(_declared_outer(statement))
         local_names = [n for n in assigned_names(body) if n not in params and n not in self.outer_scope]
         self.closure_names = _closure_reads(node.body) & (params | set(local_names))
+        self.outer_writers = {inner.name for statement in node.body for inner in ast.walk(statement)
+                              if isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef)) and _writes_outer(inner)}
         prologue = _located([_assign(n, _call("Undefined", ast.Constant(n))) for n in local_names], node)
         node.body = prologue + self.block(body)
 
@@ -543,6 +548,14 @@ class _FunctionConverter:
                     writes.append(("global write", node.lineno))
         return tuple(writes)
 
+    def _writer_calls(self, statements) -> tuple[tuple[str, int], ...]:
+        """("outer write call", line) of each call, by name, of a nested def that writes a
+        global/nonlocal variable (calls through other names or functions are not seen)."""
+        return tuple(("outer write call", node.lineno) for statement in statements
+                     for node in _walk_scope(statement, _SCOPES)
+                     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                     and node.func.id in self.outer_writers)
+
     def _redeclare(self, statements):
         """`global x` / `nonlocal x` for outer names a generated function assigns, so
         they keep meaning the outer variable (as in the user's code)."""
@@ -551,7 +564,7 @@ class _FunctionConverter:
 
     def _info(self, node, kind, then_assigns=(), else_assigns=(), blocks=(), guard=False):
         statements = [s for block in blocks for s in block]
-        unconvertible = _unconvertible(statements) + self._outer_writes(statements)
+        unconvertible = _unconvertible(statements) + self._outer_writes(statements) + self._writer_calls(statements)
         keywords = [ast.keyword("file", ast.Constant(self.filename)), ast.keyword("line", ast.Constant(node.lineno)),
                     ast.keyword("kind", ast.Constant(kind)),
                     ast.keyword("unconvertible", ast.Tuple([_strings(c) for c in unconvertible], ast.Load())),
@@ -633,6 +646,13 @@ def _closure_reads(statements) -> set[str]:
                     elif isinstance(inner, ast.Nonlocal):
                         names.update(inner.names)
     return names
+
+
+def _writes_outer(function) -> bool:
+    """Does a def assign a variable it declares `global` or `nonlocal`?"""
+    declared = {name for statement in function.body for name in _declared_outer(statement)}
+    return any(isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) and node.id in declared
+               for statement in function.body for node in _walk_scope(statement, _SCOPES))
 
 
 def _declared_outer(statement) -> dict[str, type]:

@@ -90,7 +90,8 @@ class StatementInfo:
 
 _CONSTRUCTS = {"try": "a `try` statement", "global": "a `global` declaration", "nonlocal": "a `nonlocal` declaration",
                "yield": "a `yield`", "del": "a `del` statement",
-               "global write": "an assignment to a global (or nonlocal) variable"}
+               "global write": "an assignment to a global (or nonlocal) variable",
+               "outer write call": "a call to a nested function that assigns a global (or nonlocal) variable"}
 
 
 def _refuse_unconvertible(info: StatementInfo):

@@ -341,3 +341,54 @@ def test_conversion_refusals_name_the_file_and_line():
     assert "computed in a loop body or branch on a traced value at " in text
     assert f"{line_of(_append_in_a_traced_loop, 3)} was used outside it" in text
     assert "probe" not in text
+
+
+# --- a nested def that writes nonlocal, called under a traced condition, is refused --------
+
+def _nonlocal_writer_called_under_a_traced_if(x, hits=0):
+    def bump():
+        nonlocal hits
+        hits += 1
+
+    if enp.sum(x) > 0:
+        bump()
+    return x[0] * hits
+
+
+def _nonlocal_writer_called_in_a_traced_loop(xs):
+    rows = 0
+
+    def count():
+        nonlocal rows
+        rows = rows + 1
+
+    for row in xs:
+        count()
+    return xs[0, 0] * rows
+
+
+@egad.function
+def _nonlocal_writer_called_under_static_conditions(x, n=2):
+    hits = 0
+
+    def bump():
+        nonlocal hits
+        hits += 1
+
+    for i in range(n):
+        if i > 0:
+            bump()
+    return x[0] * hits
+
+
+def test_a_call_to_a_nonlocal_writer_under_a_traced_condition_is_refused():
+    """A nested def writing a `nonlocal` and called under a traced if or loop ran once,
+    while tracing, so its write applied on every path (or once for all trips): a silent
+    wrong value. Now refused like a direct nonlocal write; under static conditions it
+    runs as Python. Found by fuzzing."""
+    for fn, arg, offset in [(_nonlocal_writer_called_under_a_traced_if, X, 6),
+                            (_nonlocal_writer_called_in_a_traced_loop, np.ones((4, 3)), 8)]:
+        with pytest.raises(egad.UnsupportedError, match="a call to a nested function that assigns") as info:
+            egad.trace(fn, arg, convert=True)
+        assert f"test_convert_fuzz_fixes.py:{fn.__code__.co_firstlineno + offset}" in str(info.value)
+    _check(_nonlocal_writer_called_under_static_conditions, X)
