@@ -835,8 +835,9 @@ class _Extractor:
             self.solve()
         candidate = self.states.get(key)
         if candidate is None:
-            raise EgadError(f"e-class {cid} has no node that can be extracted where it is used "
-                            f"(loops in scope: {sorted(context)}; nodes: {self.snapshot.nodes.get(cid)})")
+            nodes = [n.args[0] if n.head.startswith("Op") else n.head for n in self.snapshot.nodes.get(cid, ())]
+            raise EgadError(f"an e-class of {', '.join(map(str, nodes)) or 'no nodes'} has no node that can be "
+                            f"extracted where it is used (loops in scope: {len(context)})")
         return candidate
 
     def program_cost(self, roots) -> PredictedCost:

@@ -12,7 +12,9 @@ Assumes: `lo` and `hi` are int constants with `hi - lo` between 1 and `MAX_TRIPS
 the body (the classes that read the loop's Args, each copied through its earliest
 recorded node) holds no tape op and no control node, so running both the loop and a
 copy (an extraction that takes some outputs from each) only repeats pure work; ys
-have static shapes; body classes times trips stay under `MAX_COPIES`. Unroll-by-k with a remainder loop (a new region) is not written
+have static shapes; body classes times trips stay under `MAX_COPIES`. A loop whose
+results are all invariant in it has no body to write out and is left alone: its
+result unioned with a class its own body reads was a cycle no extraction could cut. Unroll-by-k with a remainder loop (a new region) is not written
 yet.
 """
 from __future__ import annotations
@@ -73,7 +75,7 @@ def _unroll(view, loop: ENode, gets: dict[int, ClassId]) -> bool:
             return False
         body[cid] = node
         stack.extend(c for c in children(node) if c.sort == "Term")
-    if len(body) * (hi_value - lo_value) > MAX_COPIES:
+    if not body or len(body) * (hi_value - lo_value) > MAX_COPIES:
         return False
     n_state = len(inits)
     ys_types = [view.types.get(c) for c in results[n_state:]]

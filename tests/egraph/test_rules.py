@@ -27,6 +27,7 @@ from egad.egraph import Snapshot, decode, encode, extract_latest
 from egad.egraph.analysis import type_conflicts
 from egad.egraph.language import Term, op
 from egad.egraph.schedule import Limits, saturate
+from egad.optimizer import optimize_program
 from egad.ir.program import count_bindings, walk_bindings
 from egad.pytree import flatten
 from tests.ad.gradcheck import scalar_loss, to_float64
@@ -295,6 +296,23 @@ def test_unroll_keeps_results(args):
     program = optimized("short", lambda: egad.trace(short_loops, *args), ["unroll"])
     check_family(program, args, {"unroll-short-loop"})
     assert "for" not in ops_of(program.program.region)  # both loops written out
+
+
+def test_a_short_loop_whose_state_no_trip_reads_is_left_for_extraction_to_take():
+    """An outer loop whose body's result (an inner loop ignoring its carry, unrolled) is
+    invariant in it was "unrolled" into a union of its own result with a class it reads:
+    the extraction then found no node for the sum of it and the optimizer fell back.
+    Found by fuzzing."""
+    def nested(xs):
+        return enp.sum(egad.fori_loop(0, 3, lambda t, s: egad.fori_loop(0, 3, lambda i, c: enp.tanh(xs[i]), s), xs[0]))
+
+    xs = np.random.default_rng(0).standard_normal((4, 2, 3))
+    program = egad.trace(nested, xs)
+    for families in (["unroll"], None):
+        result = optimize_program(program, rules.default() if families is None else
+                                  [rules.family_named(name) for name in families])
+        assert result.fallback is None, result.fallback
+        assert_same_results(egad.interpret(result.program, xs), egad.interpret(program, xs))
 
 
 def test_identities_the_tracer_never_writes_fire_where_rewriting_makes_them():
