@@ -510,7 +510,11 @@ def _schedule_reduction_block(sch, block, lanes_of):
     if not reduced:  # normalize_prim_func dropped a unit reduction axis: nothing to decompose
         _parallel_vectorize(sch, block, lanes_of)
         return
-    vector_axis = _contiguous_spatial_axis(sch, block, spatial)
+    # a reduction of several values at once (argmax's index and value) is left unvectorized
+    # across outputs: TVM vectorized its let-bound update wrongly (argmax over axis 0 of a
+    # (50, 3) array gave one index for every column)
+    several_values = len(sch.get(block).writes) > 1
+    vector_axis = None if several_values else _contiguous_spatial_axis(sch, block, spatial)
     lanes = lanes_of(sch.get(block).writes[0].source.dtype)
     outer_spatial = [it.loop_rv for it in spatial if it is not vector_axis]
     reduced_loops = [it.loop_rv for it in reduced]

@@ -122,6 +122,22 @@ def test_argmax_of_a_row_of_the_least_value_is_its_first_index(dtype):
     assert_same(got, want, [np.asarray(r, "int64") for r in with_numpy(fn, x)])
 
 
+@pytest.mark.parametrize("shape", [(50, 3), (64, 8), (7, 16, 5), (2, 3, 64)])
+@pytest.mark.parametrize("dtype", ["float64", "float32", "int32"])
+def test_argmax_max_and_min_over_every_axis_match_numpy(shape, dtype):
+    """A reduction of two values at once (argmax's index and value; float max/min's
+    value and NaN count) vectorized across a contiguous output axis came out wrong:
+    argmax over axis 0 of a (50, 3) array gave one index for every column. Found by
+    fuzzing."""
+    x = (np.random.default_rng(0).standard_normal(shape) * 10).astype(dtype)
+    for axis in range(len(shape)):
+        def fn(xp, a):
+            return xp.argmax(a, axis=axis), xp.max(a, axis=axis), xp.min(a, axis=axis)
+
+        got, want = compiled_and_interpreted(lambda a: fn(enp, a), x)
+        assert_same(got, want, [np.asarray(r) for r in with_numpy(fn, x)])
+
+
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_not_equal_is_unordered_and_so_is_float_truthiness(dtype):
     a = np.array([np.nan, 1.0, 2.0, np.nan, 0.0, -0.0], dtype)
