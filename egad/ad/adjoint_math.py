@@ -32,6 +32,11 @@ class SparseRows:
         return apply1("index_add", [numpy_api.zeros_like(self.like), self.index, self.values], {"axis": self.axis})
 
 
+def _static_shape(x) -> tuple:
+    """x's shape as its type holds it: ints, and symbols for dims known at run time."""
+    return x.type.shape if is_tracer(x) else np.shape(x)
+
+
 class AdjointMath:
     """egad.numpy, plus the helpers VJP formulas need. `binding` is the binding whose
     VJP is being built, for error messages."""
@@ -82,8 +87,8 @@ class AdjointMath:
         if missing:
             ordered = numpy_api.expand_dims(ordered, missing)
         # an index x holds at size 1 that another operand holds at n was broadcast: its cotangent sums
-        broadcast = tuple(k for k, (mine, theirs) in enumerate(zip(numpy_api.shape(x), numpy_api.shape(ordered)))
-                          if mine == 1 and theirs != 1)
+        broadcast = tuple(k for k, (mine, theirs) in enumerate(zip(_static_shape(x), _static_shape(ordered)))
+                          if mine == 1 and theirs != 1)  # dims as types hold them: ints, or symbols ("T")
         if broadcast:
             ordered = numpy_api.sum(ordered, axis=broadcast, keepdims=True)
         return numpy_api.broadcast_to(ordered, numpy_api.shape(x))

@@ -456,3 +456,14 @@ def test_the_gradient_of_an_einsum_that_broadcasts_a_size_one_index(spec, shapes
     rng = np.random.default_rng(0)
     args = [rng.standard_normal(shape) for shape in shapes]
     assert_gradients_match(lambda a, b: enp.sum(enp.sin(enp.einsum(spec, a, b))), args, wrt=(0, 1))
+
+
+def test_the_gradient_of_an_einsum_over_a_symbolic_axis():
+    """The size-1 check above compared a symbolic dim's run-time size while
+    differentiating (a TracerConversionError on einsum("t,t->") of egad.Spec vectors)."""
+    V = egad.Spec(("T",), "float64")
+    gradient = egad.grad(egad.trace(lambda x, y: enp.einsum("t,t->", x, y), V, V), wrt=(0, 1))
+    x, y = np.arange(3.0), np.ones(3)
+    dx, dy = egad.interpret(gradient, x, y)
+    np.testing.assert_array_equal(dx, y)
+    np.testing.assert_array_equal(dy, x)
