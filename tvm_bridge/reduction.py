@@ -60,7 +60,9 @@ def _extreme_keeping_nan(x, axes: list[int], keepdims: bool, largest: bool):
 def _reduce_bool(bb, args, attrs, binding):
     reduce = R.max if binding.op == "reduce_any" else R.min
     as_int = R.astype(args[0], "int32")
-    return R.astype(reduce(as_int, axis=list(attrs["axes"]), keepdims=attrs["keepdims"]), "bool")
+    # `> 0`, not a cast to bool: over an axis empty at run time max is its identity,
+    # INT_MIN, which is true; INT_MIN > 0 is False (numpy's any of nothing), INT_MAX > 0 True
+    return R.greater(reduce(as_int, axis=list(attrs["axes"]), keepdims=attrs["keepdims"]), relax.const(0, "int32"))
 
 
 @lowers("argmax")

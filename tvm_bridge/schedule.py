@@ -132,8 +132,9 @@ def schedule_prim_funcs(target) -> tvm.transform.Pass:
         for global_var, func in mod.functions_items():
             if isinstance(func, tirx.PrimFunc) and not _is_scheduled(func):
                 new_func = schedule_prim_func(func, lanes_of)
-                if new_func is not None:
-                    scheduled[global_var] = new_func
+                initialized = initialize_before_reducing(new_func if new_func is not None else func)
+                if initialized is not None or new_func is not None:
+                    scheduled[global_var] = initialized or new_func
         for global_var, func in scheduled.items():
             mod[global_var] = func
         return mod
@@ -163,6 +164,60 @@ def schedule_prim_func(func: tirx.PrimFunc, lanes_of: "VectorLanes") -> tirx.Pri
             return sch.mod["main"].with_attrs({"tirx.is_scheduled": True, "egad.schedule_rule": rule.name})
     RULE_COUNTS["unrecognised"] += 1
     return None
+
+
+def initialize_before_reducing(func: tirx.PrimFunc) -> tirx.PrimFunc | None:
+    """`func` with every reduction's initial value written before its reduction loops
+    (None where no block still initializes inside them). TVM runs a block's `init` in
+    the reduction's first trip, so over an axis empty at run time (a symbolic T of 0)
+    the output kept whatever memory held: `v @ v` of an empty v was 4.7e-310, `any`
+    over an empty axis True. The rules above decompose the reductions they schedule;
+    this catches the rest (kernels too small to schedule, or no rule's)."""
+    sch = s_tir.Schedule(func)
+    changed = False
+    for block in _blocks_initialized_inside(sch):
+        loop = _first_reduction_loop(sch, block)
+        if loop is None:
+            continue
+        try:
+            sch.decompose_reduction(block, loop)
+        except Exception:  # noqa: BLE001 - a block TVM cannot split keeps its init (as before)
+            continue
+        changed = True
+    return sch.mod["main"].with_attrs(dict(func.attrs or {})) if changed else None
+
+
+def _blocks_initialized_inside(sch) -> list:
+    """The blocks that still write their initial value inside their loops (`init`)."""
+    return [sch.get_sblock(block.name_hint) for block in _sblocks(sch.mod["main"].body) if block.init is not None]
+
+
+def _sblocks(stmt):
+    """Every SBlock in a TIR statement, outer ones first."""
+    if isinstance(stmt, tirx.SeqStmt):
+        for child in stmt.seq:
+            yield from _sblocks(child)
+    elif isinstance(stmt, tirx.IfThenElse):
+        for branch in (stmt.then_case, stmt.else_case):
+            if branch is not None:
+                yield from _sblocks(branch)
+    elif isinstance(stmt, s_tir.SBlockRealize):
+        yield from _sblocks(stmt.block)
+    elif isinstance(stmt, s_tir.SBlock):
+        yield stmt
+        yield from _sblocks(stmt.body)
+    elif isinstance(getattr(stmt, "body", None), tirx.Stmt):
+        yield from _sblocks(stmt.body)
+
+
+def _first_reduction_loop(sch, block):
+    """The outermost loop of `block` that a reduction iterator of it walks, if any."""
+    realize = _sblock_realize(sch, block)
+    reducing = set()
+    for iter_var, value in zip(realize.block.iter_vars, realize.iter_values):
+        if iter_var.iter_type == tirx.IterVar.CommReduce:
+            reducing |= set(undefined_vars(value))
+    return next((loop for loop in sch.get_loops(block) if sch.get(loop).loop_var in reducing), None)
 
 
 def iteration_count(stmt) -> int | None:

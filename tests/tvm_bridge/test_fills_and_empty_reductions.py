@@ -160,3 +160,23 @@ def test_sizes_known_to_fit_are_not_checked_on_the_host():
             enp.reshape(x, (x.shape[0], 1, 2)))
 
     assert host_check_sites(egad.trace(fills, egad.Spec(("T", 2), "float64"))) == []
+
+
+def _empty_at_run_time(v, M):
+    return (enp.any(v > 0), enp.all(v > 0), v @ v, enp.sum(v * 2.0), M.T @ M, enp.any(M > 0, axis=0),
+            enp.all(M > 0, axis=0), enp.mean(M, axis=1))
+
+
+def test_reductions_over_a_symbolic_axis_empty_at_run_time_give_their_identity():
+    """TVM writes a reduction's initial value in its first trip, so over an axis that a
+    symbolic T makes empty at run time a kernel no rule scheduled kept whatever memory
+    held (`v @ v` was 4.7e-310), and `any` was the max of nothing, INT_MIN, cast to
+    True. Found by fuzzing."""
+    program = egad.trace(_empty_at_run_time, egad.Spec(("T",), "float64"), egad.Spec(("T", 3), "float64"))
+    compiled = build(program, cache=BuildCache(None))
+    for length in (0, 1, 5):
+        v, M = np.linspace(-1.0, 1.0, length), np.linspace(0.5, 1.5, 3 * length).reshape(length, 3)
+        with np.errstate(invalid="ignore"):
+            want = _empty_at_run_time(v, M)
+        for got, expected in zip(compiled(v, M), want):
+            np.testing.assert_allclose(got, expected, rtol=1e-12, atol=0)
