@@ -23,6 +23,7 @@ from tvm import relax
 
 from egad.errors import ShapeError, message
 from egad.ir import shapes
+from egad.ir.ops import TOP_K_TOO_SHORT
 from egad.ir.program import Program, walk_bindings
 from egad.ir.types import INT_DTYPES
 
@@ -43,6 +44,12 @@ SIZED_OPS = ("full", "iota", "reshape", "broadcast_to")  # their symbolic dims c
 def _reduction_is_empty(site: int, *sizes) -> None:
     if any(int(size.numpy()) == 0 if isinstance(size, tvm.runtime.Tensor) else int(size) == 0 for size in sizes):
         raise ValueError(f"egad host check site {site}: an axis of size 0")
+
+
+@tvm.register_global_func("egad.at_least", override=True)
+def _at_least(site: int, least: int, size) -> None:
+    if int(size.numpy()) < least:
+        raise ValueError(f"egad host check site {site}: k={least}, {int(size.numpy())} given")
 
 
 @tvm.register_global_func("egad.exponent_is_negative", override=True)
@@ -81,7 +88,8 @@ def host_check_sites(program: Program) -> list:
     producers = {var.uid: binding for binding in walk_bindings(program.region) for var in binding.outputs}
     return [binding for binding in walk_bindings(program.region)
             if binding.op in NO_IDENTITY or binding.op == "pow" and binding.inputs[0].type.dtype in INT_DTYPES
-            or binding.op in SIZED_OPS and _shape_may_not_fit(binding, producers)]
+            or binding.op in SIZED_OPS and _shape_may_not_fit(binding, producers)
+            or binding.op == "top_k" and not isinstance(binding.inputs[0].type.shape[-1], int)]
 
 
 def _shape_may_not_fit(binding, producers: dict) -> bool:
@@ -144,10 +152,23 @@ def host_check_error(program: Program, site: int, what: str = "") -> ShapeError:
     if op == "pow":
         return ShapeError(message(f"pow: {NEGATIVE_EXPONENT}", where=where,
                                   instead="keep integer exponents >= 0, or cast the base to float first"))
+    if op == "top_k":
+        return ShapeError(message(f"top_k: {TOP_K_TOO_SHORT}: {what}", where=where,
+                                  instead="take at most as many as the shortest run gives, or guard it with egad.cond"))
     what = NO_IDENTITY.get(op, "a reduction over an axis of size 0")
     return ShapeError(message(f"{op}: {what}", where=where,
                               instead="reduce over a non-empty axis (check the sequence length), or guard the "
                                       "reduction with egad.cond"))
+
+
+def check_long_enough(bb, x, binding, least: int) -> None:
+    """A host call raising where the last axis of x is shorter than `least` at run time
+    (none where it is static: tracing refused it then)."""
+    x_type = binding.inputs[0].type
+    if isinstance(x_type.shape[-1], int):
+        return
+    _host_call(bb, "egad.at_least", binding, relax.prim_value(least, "int64"),
+               axis_size(bb, x, x_type, x_type.ndim - 1))
 
 
 def check_exponent_not_negative(bb, exponent, binding) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 from tvm import relax, te, tirx
 
 from .elementwise import exp_of, exp_te
+from .host_checks import check_long_enough
 from .registry import lowers
 
 R = relax.op
@@ -60,6 +61,7 @@ def _logsumexp(bb, args, attrs, binding):
 @lowers("top_k")
 def _top_k(bb, args, attrs, binding):
     x, k = args[0], attrs["k"]
+    check_long_enough(bb, x, binding, k)  # TVM's topk reads past a last axis shorter than k
     if binding.inputs[0].type.dtype not in _ORDER_KEY_DTYPES:
         pair = bb.emit(R.topk(x, k=k, axis=-1, ret_type="both", largest=True, dtype="int64"))
         return relax.TupleGetItem(pair, 0), relax.TupleGetItem(pair, 1)

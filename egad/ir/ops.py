@@ -794,8 +794,13 @@ def _top_k_rule(types, attrs):
     return [TensorType(shape, x.dtype), TensorType(shape, "int64")]
 
 
+TOP_K_TOO_SHORT = "top_k needs at least k elements along the last axis"
+
+
 def _top_k(inputs, attrs):
     x, k = inputs[0], attrs["k"]
+    if x.shape[-1] < k:  # a symbolic last axis shorter than k at run time (a static one is refused when traced)
+        raise ValueError(f"{TOP_K_TOO_SHORT}: k={k}, {x.shape[-1]} given")
     # A stable sort, largest first: ties keep the lower index first (as jax.lax.top_k), and
     # NaN ranks above +inf (as jax, torch and numpy's sort). ~x reverses integers without
     # overflow (-x does not: -INT_MIN); a float's key is -x after the NaNs.

@@ -68,3 +68,16 @@ def test_the_gradient_over_a_symbolic_axis():
         (interpreted,) = egad.interpret(gradient, a)
         np.testing.assert_allclose(interpreted, expected, rtol=1e-12)
         np.testing.assert_allclose(compiled(a)[1][0], expected, rtol=1e-12)
+
+
+def test_top_k_of_a_symbolic_axis_shorter_than_k_raises_like_numpy_eagerly():
+    """A symbolic last axis shorter than k at run time: the interpreter returned arrays
+    shorter than the program's (k,) and the compiled code read past the end (garbage,
+    or a segfault). Both raise now, as egad.nn.top_k does eagerly. Found by fuzzing."""
+    program = egad.trace(lambda v: egad.nn.top_k(v, 2), egad.Spec(("T",), "float64"))
+    compiled = egad.optimize(program, wrt=None, rules=())
+    np.testing.assert_array_equal(compiled(np.arange(3.0))[0], [2.0, 1.0])
+    for length in (1, 0):
+        for run in (lambda v: egad.interpret(program, v), compiled):
+            with pytest.raises(egad.ShapeError, match=f"at least k elements along the last axis: k=2, {length} given"):
+                run(np.arange(float(length)))
