@@ -167,6 +167,11 @@ def test_at_multiply_at_an_index_array_is_refused_as_unsupported():
 def test_at_with_a_slice_or_an_unknown_keyword_is_refused():
     with pytest.raises(egad.UnsupportedError, match=r"\.at\[0:1\] is not an index egad can update"):
         egad.trace(lambda a: a.at[0:1].set(1.0), W)
+    # `1:` was shown as `1`, the form egad does update (found by fuzzing)
+    for index, shown in (((slice(1, None),), r"1:"), ((slice(None), slice(1, None)), r":, 1:"),
+                         ((slice(None, None, 2),), r"::2")):
+        with pytest.raises(egad.UnsupportedError, match=rf"\.at\[{shown}\] is not an index"):
+            egad.trace(lambda a: a.at[index].set(1.0), W)
     with pytest.raises(egad.ArgumentError, match="unexpected keyword"):
         egad.trace(lambda a: a.at[0].add(1.0, wrong=True), W)
 
