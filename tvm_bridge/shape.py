@@ -5,6 +5,7 @@ from tvm import relax, te
 
 from egad.errors import UnsupportedError, message
 from egad.ir import shapes
+from egad.ir.types import TensorType
 
 from .host_checks import check_shape_fits
 from .registry import FunctionScope, axis_size, lowers, symbol_var, tensor_type
@@ -89,7 +90,24 @@ def _slice(bb, args, attrs, binding):
         if not isinstance(x_type.shape[axis], int) and dropped is not None:
             x = _symbolic_ends_dropped(bb, x, x_type, axis, start or 0, dropped, binding.outputs[0].type.shape[axis])
             continue
+        if not isinstance(x_type.shape[axis], int) and step not in (None, 1) and step > 0 and \
+                shapes.ends_dropped(start, stop, None) is not None:
+            # x[a:-b:s] is x[a:-b] (a kernel of length max(T - a - b, 0)) then [::s]: TVM's
+            # strided_slice gives it a length that is negative where T < a + b (bad_alloc)
+            trimmed_dim = shapes.slice_dim(x_type.shape[axis], start, stop, None)
+            x = _symbolic_ends_dropped(bb, x, x_type, axis, start or 0, shapes.ends_dropped(start, stop, None),
+                                       trimmed_dim)
+            start, stop = None, None
+            x_type = TensorType(tuple(trimmed_dim if k == axis else d for k, d in enumerate(x_type.shape)),
+                                x_type.dtype)
         step = 1 if step is None else step
+        if not isinstance(x_type.shape[axis], int) and step < 0 and None not in (start, stop) and \
+                (start >= 0) != (stop >= 0):
+            # TVM's strided_slice gives it a negative length where it is empty (bad_alloc at run time)
+            raise UnsupportedError(message(
+                f"a reversed slice [{start}:{stop}:{step}] between bounds counted from opposite ends of the "
+                f"symbolic axis {x_type.shape[axis]} does not compile", where=f"op 'slice' at {binding.loc.long()}",
+                instead="reverse the axis first (x[::-1]) and slice it with a positive step"))
         axes.append(axis)
         begins.append(start if start is not None else (0 if step > 0 else _HUGE))
         if stop is None and step > 0 and x_type.shape[axis] in FunctionScope.symbols:

@@ -170,6 +170,15 @@ def _within_first_or_last(start, stop, step, at_least: int) -> int | None:
     return None
 
 
+def _empty_on_any_axis(start, stop, step) -> bool:
+    """Whether `[start:stop:step]` is empty however long the axis: both bounds counted
+    from the same end, and the stop not past the start in the step's direction (x[5:1],
+    x[-3:-1:-1])."""
+    if start is None or stop is None or (start >= 0) != (stop >= 0):
+        return False
+    return stop <= start if (step or 1) > 0 else stop >= start
+
+
 def slice_dim(dim: Dim, start, stop, step) -> Dim:
     """Length of `range(dim)[start:stop:step]`; for a symbolic dim a derived symbol.
 
@@ -187,6 +196,8 @@ def slice_dim(dim: Dim, start, stop, step) -> Dim:
     within = grown and _within_first_or_last(start, stop, step, grown[1])
     if within is not None:
         return within
+    if _empty_on_any_axis(start, stop, step):
+        return 0
     dropped = ends_dropped(start, stop, step)
     if dropped is not None:
         if grown and dropped <= grown[1]:  # (D+c)[1:]: max(D + c - 1, 0) = D + c - 1, as D >= 0
