@@ -553,7 +553,9 @@ def expand_dims(a, axis):
 
 
 def squeeze(a, axis=None):
-    """numpy's squeeze: drop size-1 axes (all of them, or those in `axis`)."""
+    """numpy's squeeze: drop size-1 axes (all of them, or those in `axis`). Without
+    `axis`, a symbolic dim (an egad.Spec's "T") is kept even where it is 1 at run time,
+    where numpy would drop it: one program has one rank (JAX refuses instead)."""
     type_shape = _shape_of(a)
     if axis is None:
         axes = {i for i, d in enumerate(type_shape) if d == 1}
