@@ -623,14 +623,26 @@ class _FunctionConverter:
         body_fn = self._generated(f"__egad_body_{statement_id}", [item, *names],
                                   self._redeclare([*unpack, *node.body]) + _located(unpack, node)
                                   + self.block(node.body) + [ast.Return(_tuple(names))], node)
-        iterable = _Expressions(self.filename).visit(node.iter)
-        if isinstance(iterable, ast.Call) and isinstance(iterable.func, ast.Name) and iterable.func.id == "range" \
-                and not iterable.keywords:
-            iterable = _call("range_", *iterable.args)
+        iterable = _loop_iterable(_Expressions(self.filename).visit(node.iter))
         call = _call("for_stmt", iterable, _name(body_fn.name), _tuple(names), _strings(names),
                      self._info(node, "for", blocks=[node.body]))
         result = ast.Assign([_tuple(names, store=True)], call) if names else ast.Expr(call)
         return _located([body_fn, result], node)
+
+
+def _loop_iterable(node):
+    """A `for` iterable with `range(...)` (here and in the arguments of `enumerate`/`zip`)
+    routed to `range_`, and `enumerate(...)`/`zip(...)` to `iterate_`, which receives the
+    callee itself: a traced loop when it is the builtin and an argument is traced, else
+    the call as written (so a user's own `zip` stays theirs)."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)) \
+            or any(isinstance(arg, ast.Starred) for arg in node.args):
+        return node
+    if node.func.id == "range" and not node.keywords:
+        return _call("range_", *node.args)
+    if node.func.id in ("enumerate", "zip") and all(keyword.arg is not None for keyword in node.keywords):
+        return ast.Call(_runtime("iterate_"), [node.func, *map(_loop_iterable, node.args)], node.keywords)
+    return node
 
 
 def _closure_reads(statements) -> set[str]:

@@ -8,6 +8,7 @@ state.
 """
 from __future__ import annotations
 
+import builtins
 import contextlib
 import dataclasses
 import operator
@@ -403,11 +404,38 @@ def _symbol_size(symbol: str, sources):
 
 # --- loops -------------------------------------------------------------------------------
 
-class TracedRange:
+class TracedIterable:
+    """What a `for` over traced values iterates: a trip count (a Python int or a traced
+    int) and the element of trip `k` (`k` is traced inside the loop)."""
+
+    def trip_count(self):
+        raise NotImplementedError
+
+    def value(self, k):
+        raise NotImplementedError
+
+    def sources(self) -> list:
+        """The traced values it reads (where a symbolic dim's size can be found)."""
+        raise NotImplementedError
+
+    def __iter__(self):
+        # Reached only when user code (a shadowed `zip`, say) iterates it in Python.
+        count = self.trip_count()
+        if not isinstance(count, int):
+            raise TracerConversionError(message(
+                f"a {type(self).__name__} over traced values has a traced length and cannot be iterated in Python",
+                where=user_location().long(), instead="iterate it with a `for` statement in an egad.function"))
+        return (self.value(k) for k in range(count))
+
+
+class TracedRange(TracedIterable):
     """`range(start, stop, step)` with a traced bound (the step must be a static int)."""
 
     def __init__(self, start, stop, step):
         self.start, self.stop, self.step = start, stop, step
+
+    def sources(self) -> list:
+        return [self.start, self.stop]
 
     def trip_count(self):
         if self.step > 0:
@@ -427,6 +455,113 @@ def range_(*args):
         raise EgadError(message("range() over traced bounds needs a static, non-zero step",
                                 where=user_location().long(), instead="use a Python int step, e.g. range(0, n, 2)"))
     return TracedRange(start, stop, step)
+
+
+class _Rows(TracedIterable):
+    """The rows of a traced array (its first axis, static or symbolic), or the values
+    of a Python range iterated beside traced values."""
+
+    def __init__(self, values):
+        if is_tracer(values) and values.ndim == 0:
+            raise EgadError(message("cannot iterate over a traced scalar", where=user_location().long()))
+        self.values = values
+
+    def trip_count(self):
+        return len(self.values) if isinstance(self.values, range) else self.values.shape[0]
+
+    def value(self, k):
+        if isinstance(self.values, range):
+            return self.values.start + k * self.values.step
+        return self.values[k]
+
+    def sources(self) -> list:
+        return [self.values]
+
+
+class TracedEnumerate(TracedIterable):
+    """`enumerate(xs, start)` over a traced sequence: trip `k` gives `(start + k, xs[k])`."""
+
+    def __init__(self, sequence: TracedIterable, start):
+        self.sequence, self.start = sequence, start
+
+    def trip_count(self):
+        return self.sequence.trip_count()
+
+    def value(self, k):
+        return self.start + k, self.sequence.value(k)
+
+    def sources(self) -> list:
+        return [*self.sequence.sources(), self.start]
+
+
+class TracedZip(TracedIterable):
+    """`zip(xs, ys, ...)` with a traced sequence among them: as many trips as the
+    shortest (the minimum of the lengths, at run time when one is traced)."""
+
+    def __init__(self, sequences: list[TracedIterable]):
+        self.sequences = sequences
+
+    def trip_count(self):
+        counts = [sequence.trip_count() for sequence in self.sequences]
+        static = [c for c in counts if isinstance(c, int)]
+        traced = [c for c in counts if not isinstance(c, int)]
+        count = min(static) if static else None
+        for length in traced:
+            count = length if count is None else enp.minimum(count, length)
+        return count
+
+    def value(self, k):
+        return tuple(sequence.value(k) for sequence in self.sequences)
+
+    def sources(self) -> list:
+        return [source for sequence in self.sequences for source in sequence.sources()]
+
+
+def _traced_sequence(value) -> TracedIterable | None:
+    """`value` as a TracedIterable when a `for` over it must be a traced loop."""
+    if isinstance(value, TracedIterable):
+        return value
+    if is_tracer(value):
+        return _Rows(value)
+    return None
+
+
+def iterate_(callee, *args, **kwargs):
+    """`enumerate(...)` or `zip(...)` as a `for` iterable: a traced loop sequence when
+    the callee is the builtin and an argument is traced (an array's rows or a traced
+    range); otherwise the call itself (plain Python, also for a user's own `zip`)."""
+    if callee is builtins.enumerate and args and not isinstance(args[0], (list, tuple, dict)):
+        sequence = _traced_sequence(args[0])
+        if sequence is not None:
+            start = args[1] if len(args) > 1 else kwargs.pop("start", 0)
+            if len(args) > 2 or kwargs:
+                return callee(*args, **kwargs)  # let Python name the wrong arguments
+            return TracedEnumerate(sequence, start)
+    if callee is builtins.zip and any(_traced_sequence(a) is not None for a in args):
+        strict = kwargs.pop("strict", False)
+        if kwargs:
+            return callee(*args, **kwargs)
+        sequences = []
+        for position, value in enumerate(args):
+            sequence = _traced_sequence(value)
+            if sequence is None and isinstance(value, range):
+                sequence = _Rows(value)
+            if sequence is None:
+                raise EgadError(message(
+                    f"zip() over traced arrays with a {type(value).__name__} as argument {position + 1}: "
+                    "egad loops over traced arrays, traced ranges and Python ranges",
+                    where=user_location().long(), instead="pass it as an array (enp.asarray(...)) or zip only arrays"))
+            sequences.append(sequence)
+        zipped = TracedZip(sequences)
+        if strict:
+            counts = [sequence.trip_count() for sequence in sequences]
+            if not all(isinstance(c, int) for c in counts):
+                raise EgadError(message("zip(strict=True) over a traced length cannot be checked when tracing",
+                                        where=user_location().long(), instead="drop strict=True"))
+            if len(set(counts)) > 1:
+                raise ValueError(f"zip() arguments have lengths {counts} (strict=True)")
+        return zipped
+    return callee(*args, **kwargs)
 
 
 def while_stmt(cond_fn, body_fn, state: tuple, names: tuple, info: StatementInfo):
@@ -455,19 +590,19 @@ def while_stmt(cond_fn, body_fn, state: tuple, names: tuple, info: StatementInfo
 
 def for_stmt(iterable, body_fn, state: tuple, names: tuple, info: StatementInfo):
     """`for target in iterable: body` (the body function assigns the target first)."""
-    if isinstance(iterable, TracedRange):
-        count, element = iterable.trip_count(), iterable.value
+    if isinstance(iterable, TracedIterable):
+        count, element, sources = iterable.trip_count(), iterable.value, iterable.sources()
     elif is_tracer(iterable):
         if iterable.ndim == 0:
             raise EgadError(message("cannot iterate over a traced scalar", where=info.where))
-        count, element = iterable.shape[0], lambda k: iterable[k]
+        count, element, sources = iterable.shape[0], lambda k: iterable[k], [iterable]
     else:
         for item in iterable:
             state = tuple(body_fn(item, *state))
         return tuple(state)
     _refuse_unconvertible(info)
     carried, initial = _loop_state(lambda k, *s: body_fn(element(k), *s), (TensorType((), "int64", weak=True),),
-                                   state, names, info, (state, iterable))
+                                   state, names, info, (state, sources))
 
     def full(values):
         return _full_state(state, carried, values, names, info)
