@@ -86,6 +86,20 @@ def _slice(bb, args, attrs, binding):
             # infer for a symbolic one (flip keeps the shape)
             x = bb.emit(R.flip(x, axis))
             continue
+        symbolic = not isinstance(x_type.shape[axis], int)
+        written = f"[{'' if start is None else start}:{'' if stop is None else stop}:{step}]"
+        if symbolic and step is not None and step < 0:
+            # x[b:e:-s] is x flipped, then [T-1-b : T-1-e : s]: a bound counted from one end
+            # is the same count from the other (TVM's length for a reversed slice of a
+            # symbolic axis overflowed or went negative: x[-1::-2] failed to build)
+            x = bb.emit(R.flip(x, axis))
+            start, stop, step = _from_the_other_end(start), _from_the_other_end(stop), -step
+        if symbolic and None not in (start, stop) and start < 0 <= stop:
+            # TVM's strided_slice gives it a negative length where it is empty (bad_alloc at run time)
+            raise UnsupportedError(message(
+                f"a slice {written} between bounds counted from opposite ends of the symbolic axis "
+                f"{x_type.shape[axis]} does not compile", where=f"op 'slice' at {binding.loc.long()}",
+                instead="count both bounds from the same end (x[1:-2], x[-5:-1]), or slice a static length"))
         dropped = shapes.ends_dropped(start, stop, step)
         if not isinstance(x_type.shape[axis], int) and dropped is not None:
             x = _symbolic_ends_dropped(bb, x, x_type, axis, start or 0, dropped, binding.outputs[0].type.shape[axis])
@@ -101,13 +115,6 @@ def _slice(bb, args, attrs, binding):
             x_type = TensorType(tuple(trimmed_dim if k == axis else d for k, d in enumerate(x_type.shape)),
                                 x_type.dtype)
         step = 1 if step is None else step
-        if not isinstance(x_type.shape[axis], int) and step < 0 and None not in (start, stop) and \
-                (start >= 0) != (stop >= 0):
-            # TVM's strided_slice gives it a negative length where it is empty (bad_alloc at run time)
-            raise UnsupportedError(message(
-                f"a reversed slice [{start}:{stop}:{step}] between bounds counted from opposite ends of the "
-                f"symbolic axis {x_type.shape[axis]} does not compile", where=f"op 'slice' at {binding.loc.long()}",
-                instead="reverse the axis first (x[::-1]) and slice it with a positive step"))
         axes.append(axis)
         begins.append(start if start is not None else (0 if step > 0 else _HUGE))
         if stop is None and step > 0 and x_type.shape[axis] in FunctionScope.symbols:
@@ -121,6 +128,14 @@ def _slice(bb, args, attrs, binding):
     if out_type.is_static or all(isinstance(x_type.shape[axis], int) for axis in axes):
         return sliced
     return _named_dims(bb, bb.emit(sliced), out_type)
+
+
+def _from_the_other_end(bound):
+    """An index counted from the other end of an axis: i >= 0 is T - 1 - i, i.e. -(i + 1);
+    -k is T - k, which is k - 1 from the other end (None stays open)."""
+    if bound is None:
+        return None
+    return -bound - 1
 
 
 def _named_dims(bb, sliced, out_type):
