@@ -101,11 +101,10 @@ def _slice(bb, args, attrs, binding):
                 f"{x_type.shape[axis]} does not compile", where=f"op 'slice' at {binding.loc.long()}",
                 instead="count both bounds from the same end (x[1:-2], x[-5:-1]), or slice a static length"))
         dropped = shapes.ends_dropped(start, stop, step)
-        if not isinstance(x_type.shape[axis], int) and dropped is not None:
+        if symbolic and dropped is not None:
             x = _symbolic_ends_dropped(bb, x, x_type, axis, start or 0, dropped, binding.outputs[0].type.shape[axis])
             continue
-        if not isinstance(x_type.shape[axis], int) and step not in (None, 1) and step > 0 and \
-                shapes.ends_dropped(start, stop, None) is not None:
+        if symbolic and step not in (None, 1) and shapes.ends_dropped(start, stop, None) is not None:
             # x[a:-b:s] is x[a:-b] (a kernel of length max(T - a - b, 0)) then [::s]: TVM's
             # strided_slice gives it a length that is negative where T < a + b (bad_alloc)
             trimmed_dim = shapes.slice_dim(x_type.shape[axis], start, stop, None)
