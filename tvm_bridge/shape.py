@@ -175,6 +175,10 @@ def _symbolic_ends_dropped(bb, x, x_type, axis: int, start: int, dropped: int, d
         size = axis_size(bb, x, x_type, axis)
         length = bind_symbol(bb, dim, R.maximum(R.subtract(size, relax.const(dropped, "int64")),
                                                 relax.const(0, "int64")))
+    if grown:
+        # more dropped than the static part holds (`(T+2)[:-3]` is `T-1`): TVM's own slice, as
+        # above; a kernel reading a buffer of length T + 2 failed to bind its T when called
+        return bb.emit(R.strided_slice(x, [axis], [start], [start + length], assume_inbound=True))
 
     def rows(data):
         out_shape = [length if k == axis else d for k, d in enumerate(data.shape)]

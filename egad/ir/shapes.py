@@ -203,6 +203,8 @@ def slice_dim(dim: Dim, start, stop, step) -> Dim:
         if grown and dropped <= grown[1]:  # (D+c)[1:]: max(D + c - 1, 0) = D + c - 1, as D >= 0
             base, added = grown
             return base if dropped == added else f"{base}+{added - dropped}"
+        if grown:  # (D+c)[k:] for k > c: max(D + c - k, 0), which is D-(k-c), not a new dim `D+c-k`
+            dim, dropped = grown[0], dropped - grown[1]
         shorter = shorter_dim(dim)
         if shorter:  # T-1 sliced again: max(max(T-1, 0) - 1, 0) = max(T-2, 0)
             dim, dropped = shorter[0], dropped + shorter[1]

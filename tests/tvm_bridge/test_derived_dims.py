@@ -177,3 +177,25 @@ def test_the_gradient_of_a_concatenation_of_two_symbolic_operands_compiles(funct
                 differences[index] = (up - egad.interpret(program, *args)) / (2 * eps)
                 arg[index] = saved
             np.testing.assert_allclose(grad, differences, atol=1e-6)
+
+
+@pytest.mark.parametrize("index", [slice(None, -3), slice(1, -3), slice(3, None), slice(4, None), slice(None, -4)],
+                         ids=str)
+@pytest.mark.parametrize("front", [True, False], ids=["padded-before", "padded-after"])
+def test_dropping_more_than_the_static_part_of_a_padded_axis(index, front):
+    """`concat([ones(2), x])[:-3]` is max(T - 1, 0) long: `T-1`, not a new dim `T+2-3`,
+    and it builds (the kernel reading a T + 2 buffer failed to bind T when called; the
+    gradient of `[3:]` likewise). Found by fuzzing."""
+    def padded(x):
+        parts = [enp.ones((2, 3)), x] if front else [x, enp.ones((2, 3))]
+        return enp.concatenate(parts)[index]
+
+    program = egad.trace(lambda x: padded(x) * 2.0, egad.Spec(("T", 3), "float64"))
+    assert program.region.results[0].type.shape[0] in ("T-1", "T-2", "T")
+    gradient = egad.value_and_grad(egad.trace(lambda x: enp.sum(enp.sin(padded(x)) * 3.0),
+                                              egad.Spec(("T", 3), "float64")))
+    compiled, compiled_gradient = build(program, cache=BuildCache(None)), build(gradient, cache=BuildCache(None))
+    for length in (0, 1, 2, 5):
+        x = np.arange(length * 3.0).reshape(length, 3) + 1
+        assert_trees_close(compiled(x), egad.interpret(program, x), rtol=0, atol=0, context=f"T={length}")
+        assert_trees_close(compiled_gradient(x), egad.interpret(gradient, x), rtol=1e-12, atol=1e-12)
