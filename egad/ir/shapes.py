@@ -39,6 +39,11 @@ def _symbolic_hint(sizes) -> str:
                     f"{shorter[0]} is 0; to shift by {grown[1]}, concatenate first and slice after "
                     f"(enp.concatenate([first, x])[:-{grown[1]}] is {shorter[0]} long)")
     named = sorted(size for size in sizes if isinstance(size, str) and size.isidentifier())
+    static = sorted({size for size in sizes if isinstance(size, int) and size != 1})
+    if named and static and len(named) == len([size for size in sizes if isinstance(size, str)]):
+        return (f"; {named[0]} is a length known only at run time, so it broadcasts with {static[0]} only where "
+                f"it is {static[0]} or 1: declare that dim as {static[0]} in the egad.Spec, or trace with static "
+                "sizes")
     if len(named) > 1:
         return (f"; {' and '.join(named)} are separate names, so egad cannot know they are one length: where they "
                 "are, give the egad.Spec dims one name")

@@ -199,3 +199,10 @@ def test_dropping_more_than_the_static_part_of_a_padded_axis(index, front):
         x = np.arange(length * 3.0).reshape(length, 3) + 1
         assert_trees_close(compiled(x), egad.interpret(program, x), rtol=0, atol=0, context=f"T={length}")
         assert_trees_close(compiled_gradient(x), egad.interpret(gradient, x), rtol=1e-12, atol=1e-12)
+
+
+def test_a_symbolic_length_beside_a_static_one_is_refused_with_a_fitting_hint():
+    """The hint talked about slices and aranges, which the program had none of. Found by fuzzing."""
+    with pytest.raises(egad.ShapeError, match="T is a length known only at run time, so it broadcasts with 5 only "
+                                              "where it is 5 or 1"):
+        egad.trace(lambda v, w: v + w, egad.Spec(("T",), "float64"), egad.Spec((5,), "float64"))
