@@ -63,8 +63,7 @@ class AdjointMath:
 
     def unbroadcast(self, g, x):
         """g summed down to x's shape: over leading axes x lacks and axes where x has 1."""
-        target = x.type.shape if is_tracer(x) else np.shape(x)
-        have = g.type.shape if is_tracer(g) else np.shape(g)
+        target, have = _static_shape(x), _static_shape(g)
         lead = len(have) - len(target)
         axes = tuple(range(lead)) + tuple(lead + k for k, d in enumerate(target) if d == 1 and have[lead + k] != 1)
         if axes:

@@ -573,56 +573,42 @@ define(OpDef("concat", "numpy's concatenate(operands, attrs.axis)", "shape",
 
 @vjp("concat")
 def _concat_vjp(ad, ins, outs, cts, attrs):
-    """y = concatenate(xs, axis);  dx_k = the slice of g where x_k sits"""
+    """y = concatenate(xs, axis);  dx_k = the slice of g where x_k sits. Where several
+    operands have symbolic sizes, those from the first to the last of them start at a
+    run-time offset: their rows are gathered (take) at that offset plus arange of their
+    own size, which keeps their own dims; the others sit at static bounds."""
     axis, g = attrs["axis"], cts[0]
     sizes = [x.type.shape[axis] for x in ins]
     symbolic = [k for k, size in enumerate(sizes) if not isinstance(size, int)]
-    if len(symbolic) > 1:
-        return _concat_parts_at_run_time_offsets(ad, ins, g, axis, symbolic[0], symbolic[-1])
-    grads = []
-    for k, x in enumerate(ins):
-        index = [slice(None)] * x.ndim
-        index[axis] = _concat_part(sizes, k)
-        grads.append(g[tuple(index)])
-    return grads
-
-
-def _concat_parts_at_run_time_offsets(ad, ins, g, axis: int, first: int, last: int):
-    """The operands' parts of g where several have symbolic sizes: those before the
-    first symbolic operand and after the last sit at static offsets from g's ends
-    (slices); the rest start at a run-time offset, so their rows are gathered (take)
-    at that offset plus arange of their own size, which keeps their own dims."""
-    sizes = [x.type.shape[axis] for x in ins]
+    at_run_time = range(symbolic[0], symbolic[-1] + 1) if len(symbolic) > 1 else range(0)
     grads, offset = [], 0
     for k, x in enumerate(ins):
-        if k < first or k > last:
-            index = [slice(None)] * x.ndim
-            if k < first or sizes[k] == 0:
-                index[axis] = slice(offset, offset + sizes[k]) if k < first else slice(0, 0)
-            else:
-                after = sum(sizes[k + 1:])
-                index[axis] = slice(-(after + sizes[k]), -after or None)
-            grads.append(g[tuple(index)])
+        if k in at_run_time:
+            grads.append(ad.take(g, ad.arange(ad.size_of(x, axis)) + offset, axis=axis))
         else:
-            rows = ad.arange(ad.size_of(x, axis)) + offset
-            grads.append(ad.take(g, rows, axis=axis))
-        offset = offset + ad.size_of(x, axis)
+            index = [slice(None)] * x.ndim
+            index[axis] = _concat_part(sizes, k)
+            grads.append(g[tuple(index)])
+        if at_run_time:
+            offset = offset + ad.size_of(x, axis)
     return grads
 
 
 def _concat_part(sizes: list, k: int) -> slice:
-    """Where operand k of a concatenation of axes of `sizes` (one symbolic at most)
-    sits, in static bounds: counted from the start up to the symbolic operand, from
-    the end after it; the symbolic operand's part drops the static ones from each
-    end, which egad/ir/shapes.py slice_dim names by the operand's own dim."""
+    """Where operand k of a concatenation of axes of `sizes` sits, in static bounds:
+    counted from the start up to the first symbolic operand, from the end after it (with
+    several symbolic operands, for those before the first or after the last only); the
+    symbolic operand's part drops the static ones from each end, which
+    egad/ir/shapes.py slice_dim names by the operand's own dim."""
     if sizes[k] == 0:
         return slice(0, 0)
     symbolic = next((j for j, size in enumerate(sizes) if not isinstance(size, int)), len(sizes))
-    before, after = sum(sizes[:min(k, symbolic)]), sum(sizes[max(k, symbolic) + 1:])
     if k < symbolic:
+        before = sum(sizes[:k])
         return slice(before, before + sizes[k])
+    after = sum(sizes[k + 1:])
     stop = -after if after else None
-    return slice(before, stop) if k == symbolic else slice(-(after + sizes[k]), stop)
+    return slice(sum(sizes[:k]), stop) if k == symbolic else slice(-(after + sizes[k]), stop)
 
 
 def _slice_rule(types, attrs):
