@@ -524,8 +524,7 @@ def _check_instances(rule, where: str, pattern, search: _InstanceSearch, example
         values = [data.draw(_values(type_, rule.finite_only), label=str(var)) for var, type_ in instance.params]
         problem = _compare(instance, pattern, assignment, values)
         if problem is not None:
-            raise Found(Counterexample(rule, where, [(str(v), x) for (v, _), x in zip(instance.params, values)],
-                                       problem, instance.program, instance.rewritten))
+            raise Found(_counterexample_on(rule, where, instance, values, problem))
         checked[0] += 1
 
     if seed is not None:
@@ -578,9 +577,14 @@ def _sweep_edges(rule, where: str, pattern, instance: _Instance, assignment: dic
         values = [np.full(type_.shape, value, type_.dtype) for (_, type_), value in zip(instance.params, combination)]
         problem = _compare(instance, pattern, assignment, values)
         if problem is not None:
-            return 0, Counterexample(rule, where, [(str(v), x) for (v, _), x in zip(instance.params, values)],
-                                     problem, instance.program, instance.rewritten)
+            return 0, _counterexample_on(rule, where, instance, values, problem)
     return len(combinations), None
+
+
+def _counterexample_on(rule, where: str, instance: _Instance, values: list, problem: str) -> Counterexample:
+    """The Counterexample of `instance` run on `values` (one per variable)."""
+    return Counterexample(rule, where, [(str(v), x) for (v, _), x in zip(instance.params, values)], problem,
+                          instance.program, instance.rewritten)
 
 
 def _values(type_: TensorType, finite_only: bool = False):
