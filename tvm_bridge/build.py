@@ -322,7 +322,7 @@ def build_all(programs: list[Program], target="llvm", cache: BuildCache | None =
     resolved = resolve(target)
     cache = shared_cache() if cache is None else cache
     if resolved.foreign:  # a library for another machine neither loads nor checks here: kept in memory only
-        cache = _memory_only(cache)
+        cache = cache.memory_only()
     started = time.perf_counter()
     keys = [cache_key(program, resolved) for program in programs]
     entries = [cache.get(key) for key in keys]
@@ -350,16 +350,6 @@ def build_all(programs: list[Program], target="llvm", cache: BuildCache | None =
     seconds = time.perf_counter() - started
     return [Compiled(program, entry, resolved, seconds, cache.problems.get(key))
             for program, entry, key in zip(programs, entries, keys)]
-
-
-_MEMORY_ONLY: dict[int, BuildCache] = {}
-
-
-def _memory_only(cache: BuildCache) -> BuildCache:
-    """A cache without a directory, one per `cache`, for builds that cannot go to disk."""
-    if id(cache) not in _MEMORY_ONLY:
-        _MEMORY_ONLY[id(cache)] = BuildCache(None)
-    return _MEMORY_ONLY[id(cache)]
 
 
 @contextlib.contextmanager

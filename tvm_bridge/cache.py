@@ -82,6 +82,15 @@ class BuildCache:
         self.directory = directory
         self.memory: dict[str, Entry] = {}
         self.problems: dict[str, str] = {}  # key -> why its disk entry could not be read or written
+        self._memory_only: BuildCache | None = None
+
+    def memory_only(self) -> "BuildCache":
+        """This cache without its directory (one per cache), for builds that cannot go to disk."""
+        if self.directory is None:
+            return self
+        if self._memory_only is None:
+            self._memory_only = BuildCache(None)
+        return self._memory_only
 
     def get(self, key: str) -> Entry | None:
         entry = self.memory.get(key)

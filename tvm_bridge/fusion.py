@@ -33,11 +33,10 @@ def legalize_and_fuse(target, backend=cpu_generic) -> list:
     nanoseconds (DESIGN §7 also warns that folding a taped constant corrupts it), and
     without a GPU backend's dlight scheduling, which egad applies itself
     (tvm_bridge/gpu.py)."""
-    passes = []
+    passes, limit = [], target.attrs.get("max_function_args")
     for pass_ in backend.legalize_passes(target):
         if pass_.info.name not in ("FoldConstant", "ApplyDefaultSchedule"):
             passes.append(pass_)
-        limit = target.attrs.get("max_function_args")
         if pass_.info.name == "FuseOps" and limit is not None:
             passes.append(limit_kernel_buffers(int(limit)))
     return passes

@@ -173,6 +173,8 @@ def initialize_before_reducing(func: tirx.PrimFunc) -> tirx.PrimFunc | None:
     the output kept whatever memory held: `v @ v` of an empty v was 4.7e-310, `any`
     over an empty axis True. The rules above decompose the reductions they schedule;
     this catches the rest (kernels too small to schedule, or no rule's)."""
+    if not any(block.init is not None for block in _sblocks(func.body)):
+        return None  # most kernels: nothing to do, and no Schedule made for them
     sch = s_tir.Schedule(func)
     changed = False
     for block in _blocks_initialized_inside(sch):

@@ -10,6 +10,7 @@ which the PyPI wheel is not.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import tvm
 from tvm.target.codegen import llvm_get_system_cpu
@@ -107,6 +108,7 @@ def resolve(target) -> ResolvedTarget:
     return ResolvedTarget(kind, tvm_target)
 
 
+@functools.cache
 def _host_triple() -> str:
     return str(tvm.target.Target("llvm").attrs["mtriple"])
 
