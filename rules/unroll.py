@@ -14,8 +14,8 @@ recorded node) holds no tape op and no control node, so running both the loop an
 copy (an extraction that takes some outputs from each) only repeats pure work; ys
 have static shapes; body classes times trips stay under `MAX_COPIES`. A loop whose
 results are all invariant in it has no body to write out and is left alone: its
-result unioned with a class its own body reads was a cycle no extraction could cut. Unroll-by-k with a remainder loop (a new region) is not written
-yet.
+result unioned with a class its own body reads was a cycle no extraction could cut.
+Unroll-by-k with a remainder loop (a new region) is not written yet.
 """
 from __future__ import annotations
 

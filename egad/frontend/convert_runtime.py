@@ -590,12 +590,12 @@ def while_stmt(cond_fn, body_fn, state: tuple, names: tuple, info: StatementInfo
 
 def for_stmt(iterable, body_fn, state: tuple, names: tuple, info: StatementInfo):
     """`for target in iterable: body` (the body function assigns the target first)."""
-    if isinstance(iterable, TracedIterable):
-        count, element, sources = iterable.trip_count(), iterable.value, iterable.sources()
-    elif is_tracer(iterable):
+    if is_tracer(iterable):
         if iterable.ndim == 0:
             raise EgadError(message("cannot iterate over a traced scalar", where=info.where))
-        count, element, sources = iterable.shape[0], lambda k: iterable[k], [iterable]
+        iterable = _Rows(iterable)
+    if isinstance(iterable, TracedIterable):
+        count, element, sources = iterable.trip_count(), iterable.value, iterable.sources()
     else:
         for item in iterable:
             state = tuple(body_fn(item, *state))
