@@ -9,16 +9,14 @@ first (`egad.reduction_is_empty`, `egad.exponent_is_negative`, `egad.shape_fits`
 raising ValueError with its site and the interpreter's words; `Compiled.__call__`
 turns that into the interpreter's ShapeError naming the op and the user's line
 (`host_check_error`). Sites are numbered in `host_check_sites` order, the same in
-every program of one structure.
+every program of one structure. The packed functions themselves are in
+runtime_checks.py, which needs TVM's runtime alone.
 """
 from __future__ import annotations
 
 import json
-import math
-import re
 
 import numpy as np
-import tvm
 from tvm import relax
 
 from egad.errors import ShapeError, message
@@ -29,6 +27,7 @@ from egad.ir.types import INT_DTYPES
 
 from .index_checks import site_of
 from .registry import FunctionScope, axis_size
+from .runtime_checks import FAILED_HOST_CHECK
 
 
 # what numpy (so the interpreter) says of each over nothing
@@ -36,49 +35,7 @@ NO_IDENTITY = {"reduce_max": "zero-size array to reduction operation maximum whi
                "reduce_min": "zero-size array to reduction operation minimum which has no identity",
                "argmax": "attempt to get argmax of an empty sequence"}
 NEGATIVE_EXPONENT = "Integers to negative integer powers are not allowed."  # numpy's words, as the interpreter's
-_FAILED = re.compile(r"egad host check site (\d+): ([^\n]*)")
 SIZED_OPS = ("full", "iota", "reshape", "broadcast_to")  # their symbolic dims come from int64 size inputs
-
-
-@tvm.register_global_func("egad.reduction_is_empty", override=True)
-def _reduction_is_empty(site: int, *sizes) -> None:
-    if any(int(size.numpy()) == 0 if isinstance(size, tvm.runtime.Tensor) else int(size) == 0 for size in sizes):
-        raise ValueError(f"egad host check site {site}: an axis of size 0")
-
-
-@tvm.register_global_func("egad.at_least", override=True)
-def _at_least(site: int, least: int, size) -> None:
-    if int(size.numpy()) < least:
-        raise ValueError(f"egad host check site {site}: k={least}, {int(size.numpy())} given")
-
-
-@tvm.register_global_func("egad.exponent_is_negative", override=True)
-def _exponent_is_negative(site: int, exponent) -> None:
-    if (exponent.numpy() < 0).any():
-        raise ValueError(f"egad host check site {site}: a negative integer exponent")
-
-
-@tvm.register_global_func("egad.shape_fits", override=True)
-def _shape_fits(site: int, target: str, *sizes) -> None:
-    """`target` (JSON: ints, and None for each symbolic dim, filled from `sizes` in
-    order) has no negative dim."""
-    _filled(site, target, sizes)
-
-
-@tvm.register_global_func("egad.reshape_fits", override=True)
-def _reshape_fits(site: int, target: str, x_shape, *sizes) -> None:
-    """... and holds as many elements as x."""
-    shape, x_shape = _filled(site, target, sizes), tuple(int(d) for d in x_shape.numpy())
-    if math.prod(shape) != math.prod(x_shape):
-        raise ValueError(f"egad host check site {site}: cannot reshape an array of shape {x_shape} to {shape}")
-
-
-def _filled(site: int, target: str, sizes) -> tuple[int, ...]:
-    given = iter(sizes)
-    shape = tuple(int(next(given).numpy()) if d is None else d for d in json.loads(target))
-    if any(d < 0 for d in shape):
-        raise ValueError(f"egad host check site {site}: negative dimensions are not allowed")
-    return shape
 
 
 def host_check_sites(program: Program) -> list:
@@ -139,7 +96,7 @@ def _host_call(bb, function: str, binding, *args) -> None:
 
 def found_failed_check(error: ValueError) -> tuple[int, str] | None:
     """(site, what failed) when `error` was raised by a host check, else None."""
-    match = _FAILED.search(str(error))
+    match = FAILED_HOST_CHECK.search(str(error))
     return (int(match.group(1)), match.group(2)) if match else None
 
 

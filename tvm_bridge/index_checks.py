@@ -16,11 +16,11 @@ index and the axis size in its message; `Compiled.__call__` turns that into
 `IndexOutOfRangeError` with the site's op and source line (`out_of_range_error`).
 Sites are numbered in `index_sites` order, the same in every program of one
 structure, so a module built for one program and reused for another
-(tvm_bridge/cache.py) names the other's lines.
+(tvm_bridge/cache.py) names the other's lines. The packed functions themselves are in
+runtime_checks.py, which needs TVM's runtime alone.
 """
 from __future__ import annotations
 
-import re
 
 import numpy as np
 import tvm
@@ -31,29 +31,14 @@ from egad.errors import IndexOutOfRangeError, message
 from egad.ir.index_ranges import index_sites
 from egad.ir.program import Program
 
+from .runtime_checks import OUT_OF_RANGE
+
 R = relax.op
-
-
-_FOUND = re.compile(r"egad index site (\d+): index (-?\d+) is out of range for an axis of size (\d+)")
-
-
-@tvm.register_global_func("egad.index_out_of_range", override=True)
-def _index_out_of_range(site: int, index: int, size: int) -> None:
-    raise IndexError(f"egad index site {site}: index {index} is out of range for an axis of size {size}")
-
-
-@tvm.register_global_func("egad.check_indices", override=True)
-def _check_indices(indices, size, site: int) -> None:
-    values = indices.numpy().astype(np.int64, copy=False).reshape(-1)
-    size = int(size.numpy()) if isinstance(size, tvm.runtime.Tensor) else int(size)
-    bad = (values < -size) | (values >= size)
-    if bad.any():
-        _index_out_of_range(site, int(values[bad][0]), size)
 
 
 def found_out_of_range(error: IndexError) -> tuple[int, int, int] | None:
     """(site, index, axis size) when `error` was raised by an index check, else None."""
-    match = _FOUND.search(str(error))
+    match = OUT_OF_RANGE.search(str(error))
     return tuple(int(group) for group in match.groups()) if match else None
 
 
