@@ -96,17 +96,25 @@ def _side_by_side(name: str, program, wrt, args, target_ratio: float, rounds: in
             "predicted speed-up": optimization.predicted_before.seconds / optimization.predicted_after.seconds}
 
 
-def lstm_section(T: int = 64, target: str = "llvm") -> list[dict]:
+def lstm_workload(T: int = 64) -> tuple:
+    """(name, traced loss, wrt, arguments) of the lstm section."""
     args = lstm_lm.arguments(T)
-    return [_side_by_side(f"lstm_lm T={T}", egad.trace(lstm_lm.loss, *args), lstm_lm.WRT, args, TARGETS["lstm"],
-                          target=target)]
+    return f"lstm_lm T={T}", egad.trace(lstm_lm.loss, *args), lstm_lm.WRT, args
+
+
+def gnmt_workload(config: str = "small") -> tuple:
+    """(name, traced loss, wrt, arguments) of the gnmt section."""
+    params = gnmt_lite.init_params(config)
+    src, tgt = gnmt_lite.make_batch(config)
+    return f"gnmt_lite {config}", egad.trace(gnmt_lite.loss, params, src, tgt), (0,), (params, src, tgt)
+
+
+def lstm_section(T: int = 64, target: str = "llvm") -> list[dict]:
+    return [_side_by_side(*lstm_workload(T), TARGETS["lstm"], target=target)]
 
 
 def gnmt_section(config: str = "small", target: str = "llvm") -> list[dict]:
-    params = gnmt_lite.init_params(config)
-    src, tgt = gnmt_lite.make_batch(config)
-    program = egad.trace(gnmt_lite.loss, params, src, tgt)
-    return [_side_by_side(f"gnmt_lite {config}", program, (0,), (params, src, tgt), TARGETS["gnmt"], target=target)]
+    return [_side_by_side(*gnmt_workload(config), TARGETS["gnmt"], target=target)]
 
 
 def corpus_section() -> list[dict]:

@@ -257,6 +257,13 @@ class Optimized:
         empty for CPU targets."""
         return self._base().source
 
+    def export_library(self, path: str) -> None:
+        """Write the library built for the traced shapes (host code, and device code for a
+        GPU target) to `path`, e.g. to run it where only TVM's runtime is installed
+        (benchmarks/gpu_run.py shows how). Pass `example_args` to `egad.optimize` to
+        have that build checked first."""
+        self._base().export_library(path)
+
     def report(self) -> str:
         from .tvm_bridge.cache import shared_cache
 

@@ -1,0 +1,59 @@
+"""benchmarks/gpu_run.py: libraries exported where egad is installed run, checked, where
+only TVM's runtime is. Here with CPU builds (`--target=llvm`): the same path as a
+GPU's but for the device, and `run` in a process with TVM's compiler left unloaded."""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import egad
+from benchmarks import gpu_run, lstm_lm
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory) -> pathlib.Path:
+    args = lstm_lm.arguments(5, batch=3, inputs=4, hidden=6)
+    workload = ("tiny lstm", egad.trace(lstm_lm.loss, *args), lstm_lm.WRT, args)
+    directory = tmp_path_factory.mktemp("gpu_run")
+    gpu_run.export(directory, target="llvm", workloads=[workload])
+    return directory
+
+
+def test_run_with_tvm_runtime_alone_checks_and_times_both_builds(exported, tmp_path):
+    result_path = tmp_path / "result.json"
+    env = {**os.environ, "TVM_USE_RUNTIME_LIB": "1", "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c",
+                           "import sys; from benchmarks import gpu_run; rc = gpu_run.main(sys.argv[1:]); "
+                           "import tvm; assert 'tvm_compiler' not in tvm.base._LOADED_LIBS; "
+                           "assert 'egad.tvm_bridge' not in sys.modules and 'egglog' not in sys.modules; sys.exit(rc)",
+                           "run", str(exported), "--rounds=1", f"--json={result_path}"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads(result_path.read_text())
+    assert result["runtime only"] is True
+    (row,) = result["rows"]
+    assert row["workload"] == "tiny lstm"
+    assert row["rules=() ms"] > 0 and row["default ms"] > 0
+    assert max(row["relative error"].values()) <= gpu_run.RTOL
+
+
+def test_run_refuses_results_that_differ(exported, tmp_path):
+    manifest = json.loads((exported / "manifest.json").read_text())
+    (entry,) = manifest["workloads"]
+    wrong = tmp_path / "wrong"
+    wrong.mkdir()
+    for path in exported.iterdir():
+        (wrong / path.name).write_bytes(path.read_bytes())
+    expected = gpu_run._arrays(exported / entry["expected"])
+    expected[0] = expected[0] * 1.01  # the loss, 1% off
+    np.savez(wrong / entry["expected"], *expected)
+    with pytest.raises(AssertionError, match="differ from the CPU's rules=\\(\\) build"):
+        gpu_run.run(wrong, rounds=1)
