@@ -5,6 +5,7 @@ travel there). Two steps:
 
     python -m benchmarks.gpu_run export DIR [--target=cuda] [--arch=sm_90]   # where egad is installed
     TVM_USE_RUNTIME_LIB=1 python -m benchmarks.gpu_run run DIR [--json=PATH]  # on the GPU machine
+    TVM_USE_RUNTIME_LIB=1 python -m benchmarks.gpu_run profile DIR            # where the time goes
 
 `export` optimizes each workload twice for the target, with the default rule families
 and with `rules=()`, and writes to DIR each build's library (`Optimized.export_library`;
@@ -18,6 +19,9 @@ into (tvm_bridge/runtime.py, runtime_checks.py), loaded from their files, so no 
 install. It loads each library into a VM, checks its results, and times each pair as
 optimizer.py does: calls as a user makes them (numpy arguments copied to the device,
 results copied back), medians of interleaved rounds. It prints a table and writes JSON.
+`--runtime=PATH` runs the loops and tapes with another runtime.py (to compare a change
+to it side by side with the old one on one machine). `profile` prints Python's profile
+of a few calls and, where PyTorch is installed, the GPU kernels it saw.
 `--target=llvm` exports CPU builds, which `run` runs on the CPU (tests/benchmarks/
 test_gpu_run.py checks the whole path that way).
 """
@@ -91,13 +95,14 @@ def export(directory: str | os.PathLike, target: str = "cuda", arch: str = "sm_9
     return manifest
 
 
-def run(directory: str | os.PathLike, rounds: int = ROUNDS) -> dict:
-    """Load, check and time what `export` wrote to `directory`; the results as a dict."""
+def run(directory: str | os.PathLike, rounds: int = ROUNDS, runtime_path: str | None = None) -> dict:
+    """Load, check and time what `export` wrote to `directory`; the results as a dict.
+    `runtime_path`: another runtime.py to run the loops and tapes (to compare two)."""
     os.environ.setdefault("TVM_USE_RUNTIME_LIB", "1")  # the compiler is not needed (nor, there, installed)
     import tvm
     import tvm.runtime.vm  # noqa: F401 - tvm.runtime does not import it
 
-    runtime = _load_callbacks()
+    runtime = _load_callbacks(runtime_path)
     directory = pathlib.Path(directory)
     manifest = json.loads((directory / "manifest.json").read_text())
     if manifest["target"] == "cuda":
@@ -123,16 +128,24 @@ def run(directory: str | os.PathLike, rounds: int = ROUNDS) -> dict:
                      "relative error": errors, "sides": entry["sides"]})
     return {"device": _device_name(tvm, device), "target": manifest["target"], "arch": manifest["arch"],
             "runtime only": bool(getattr(tvm.base, "_RUNTIME_ONLY", False)), "rounds": rounds,
+            "runtime.py": str(runtime_path or REPO / "tvm_bridge" / "runtime.py"),
             "python": platform.python_version(), "tvm": tvm.__version__, "rows": rows}
 
 
-def _load_callbacks():
-    """egad's loop drivers and tapes (runtime.py; returned) and host checks
-    (runtime_checks.py), registered as the packed functions compiled code calls,
-    without importing the rest of egad.tvm_bridge (which needs TVM's compiler)."""
+def _load_callbacks(runtime_path: str | None = None):
+    """egad's loop drivers and tapes (runtime.py, or `runtime_path`; returned) and host
+    checks (runtime_checks.py), registered as the packed functions compiled code calls,
+    without importing the rest of egad.tvm_bridge (which needs TVM's compiler). In a
+    process that has egad.tvm_bridge, its own (loading them again would take the packed
+    functions' names from the modules egad's builds call back into)."""
+    if runtime_path is None and "egad.tvm_bridge.runtime" in sys.modules:
+        import egad.tvm_bridge.runtime_checks  # noqa: F401 - registered with host_checks, imported by lowering
+
+        return sys.modules["egad.tvm_bridge.runtime"]
     modules = []
     for name in ("runtime", "runtime_checks"):
-        spec = importlib.util.spec_from_file_location(f"egad_gpu_run_{name}", REPO / "tvm_bridge" / f"{name}.py")
+        path = runtime_path if name == "runtime" and runtime_path else REPO / "tvm_bridge" / f"{name}.py"
+        spec = importlib.util.spec_from_file_location(f"egad_gpu_run_{name}", path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[spec.name] = module
         spec.loader.exec_module(module)
@@ -286,7 +299,7 @@ def main(argv=None) -> int:
     if command == "export":
         export(directory, options.get("--target", "cuda"), options.get("--arch", "sm_90"))
         return 0
-    result = run(directory, int(options.get("--rounds", ROUNDS)))
+    result = run(directory, int(options.get("--rounds", ROUNDS)), options.get("--runtime"))
     _print_rows(result)
     path = pathlib.Path(options.get("--json", pathlib.Path(directory) / "gpu_run.json"))
     path.write_text(json.dumps(result, indent=1))

@@ -12,16 +12,21 @@ import sys
 import numpy as np
 import pytest
 
+import tvm_ffi
+
 import egad
 from benchmarks import gpu_run, lstm_lm
+from egad.tvm_bridge import runtime
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
+ARGS = lstm_lm.arguments(5, batch=3, inputs=4, hidden=6)
+
+
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory) -> pathlib.Path:
-    args = lstm_lm.arguments(5, batch=3, inputs=4, hidden=6)
-    workload = ("tiny lstm", egad.trace(lstm_lm.loss, *args), lstm_lm.WRT, args)
+    workload = ("tiny lstm", egad.trace(lstm_lm.loss, *ARGS), lstm_lm.WRT, ARGS)
     directory = tmp_path_factory.mktemp("gpu_run")
     gpu_run.export(directory, target="llvm", workloads=[workload])
     return directory
@@ -29,16 +34,18 @@ def exported(tmp_path_factory) -> pathlib.Path:
 
 def test_run_with_tvm_runtime_alone_checks_and_times_both_builds(exported, tmp_path):
     result_path = tmp_path / "result.json"
+    runtime_copy = tmp_path / "runtime.py"  # --runtime: the loops and tapes from another copy
+    runtime_copy.write_text((REPO / "tvm_bridge" / "runtime.py").read_text())
     env = {**os.environ, "TVM_USE_RUNTIME_LIB": "1", "PYTHONPATH": str(REPO)}
     done = subprocess.run([sys.executable, "-c",
                            "import sys; from benchmarks import gpu_run; rc = gpu_run.main(sys.argv[1:]); "
                            "import tvm; assert 'tvm_compiler' not in tvm.base._LOADED_LIBS; "
                            "assert 'egad.tvm_bridge' not in sys.modules and 'egglog' not in sys.modules; sys.exit(rc)",
-                           "run", str(exported), "--rounds=1", f"--json={result_path}"],
+                           "run", str(exported), "--rounds=1", f"--json={result_path}", f"--runtime={runtime_copy}"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads(result_path.read_text())
-    assert result["runtime only"] is True
+    assert result["runtime only"] is True and result["runtime.py"] == str(runtime_copy)
     (row,) = result["rows"]
     assert row["workload"] == "tiny lstm"
     assert row["rules=() ms"] > 0 and row["default ms"] > 0
@@ -57,3 +64,8 @@ def test_run_refuses_results_that_differ(exported, tmp_path):
     np.savez(wrong / entry["expected"], *expected)
     with pytest.raises(AssertionError, match="differ from the CPU's rules=\\(\\) build"):
         gpu_run.run(wrong, rounds=1)
+    # the builds in this process still call back into egad's own runtime module
+    assert gpu_run._load_callbacks() is runtime
+    assert tvm_ffi.get_global_func("egad.tape_alloc") is not None
+    value, _ = egad.optimize(egad.trace(lstm_lm.loss, *ARGS), wrt=lstm_lm.WRT, rules=())(*ARGS)
+    assert not runtime._TAPES  # released by the call that made them: the VM called this module's tape_alloc
