@@ -43,8 +43,8 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 SIDES = {"rules=()": (), "default": None}  # egad.optimize's rules= for each side
 ROUNDS = 15
 # Each leaf's largest error relative to its largest value, against the CPU's rules=()
-# build: optimizer.py's 1e-3 on the CPU; NVRTC builds with --use_fast_math, and GNMT-lite's
-# gradient on an H100 differed by 1.4e-3 in both GPU builds, rules=() too.
+# build: optimizer.py's 1e-3 on the CPU; on a GPU 1e-2, as NVRTC builds with --use_fast_math:
+# GNMT-lite's gradient on an H100 differed by 1.4e-3 (rules=()) and 0.9e-3 (default).
 RTOL = 1e-3
 GPU_RTOL = 1e-2
 
