@@ -1,7 +1,7 @@
 """Lowering of shape ops: transpose, reshape, broadcast_to, concat, slice, dim."""
 from __future__ import annotations
 
-from tvm import relax, te
+from tvm import relax, te, tirx
 
 from egad.errors import UnsupportedError, message
 from egad.ir import shapes
@@ -124,9 +124,44 @@ def _slice(bb, args, attrs, binding):
         return x
     sliced = R.strided_slice(x, axes, begins, ends, strides)
     out_type = binding.outputs[0].type
-    if out_type.is_static or all(isinstance(x_type.shape[axis], int) for axis in axes):
+    if all(isinstance(x_type.shape[axis], int) for axis in axes):
         return sliced
+    # Along a symbolic axis, TVM's kernel for strided_slice computes its length by another
+    # formula than Relax infers for it (min(max(T + 1, 0), T + 3) - min(max(T - 1, 0),
+    # T + 3) for min(1, T) + 1), and neither is the static length the IR may know
+    # ((T+3)[-3:] is 3 long): Relax cannot prove them equal, so the slice's uses lost
+    # their shapes and failed to build. This kernel's length is the IR's where static,
+    # else the one Relax inferred.
+    inferred = bb.normalize(sliced).ty.shape
+    if out_type.is_static:
+        return _strided_rows(bb, x, axes, begins, strides, out_type.shape)
+    if isinstance(inferred, relax.ShapeExpr):
+        lengths = [d if isinstance(d, int) else length for d, length in zip(out_type.shape, inferred.values)]
+        return _named_dims(bb, _strided_rows(bb, x, axes, begins, strides, lengths), out_type)
     return _named_dims(bb, bb.emit(sliced), out_type)
+
+
+def _strided_rows(bb, x, axes, begins, strides, lengths):
+    """x[begin::stride] along `axes` (begins as numpy reads them: negative from the end,
+    clamped to the axis), `lengths` long, as a kernel of its own."""
+    steps = dict(zip(axes, strides))
+
+    def rows(data):
+        firsts = {axis: _first_index(begin, steps[axis], data.shape[axis]) for axis, begin in zip(axes, begins)}
+        return te.compute(list(lengths), lambda *i: data[tuple(firsts[k] + v * steps[k] if k in firsts else v
+                                                               for k, v in enumerate(i))], name="strided_rows")
+
+    return bb.emit_te(rows, x, primfunc_name_hint="slice_symbolic")
+
+
+def _first_index(begin: int, step: int, size):
+    """The first index a slice reads along an axis of `size` (an int or a TIR expression)
+    from its start `begin`, as numpy clamps it."""
+    if step > 0:
+        return tirx.max(size + begin, 0) if begin < 0 else tirx.min(tirx.const(begin, "int64"), size)
+    if begin < 0:
+        return size + begin  # (a slice that reads nothing has length 0: its first index is never read)
+    return tirx.min(tirx.const(begin, "int64"), size - 1)
 
 
 def _from_the_other_end(bound):

@@ -200,3 +200,25 @@ def test_a_slice_between_bounds_from_opposite_ends_of_a_symbolic_axis_is_refused
     with pytest.raises(egad.UnsupportedError, match=rf"(?s)slice \{written[:-1]}\] between bounds counted from "
                                                     r"opposite ends.*count both bounds from the same end"):
         build(program, cache=BuildCache(None))
+
+
+@pytest.mark.parametrize("pad_first", [False, True], ids=["x-then-ones", "ones-then-x"])
+@pytest.mark.parametrize("index", [slice(-4, -2), slice(-4, -1), slice(None, None, 2), slice(1, None, 3),
+                                   slice(None, 4), slice(-3, None), (slice(-4, -1), slice(None, None, 2))], ids=str)
+def test_a_slice_of_a_concatenations_axis_has_its_value_and_gradient(index, pad_first):
+    """A slice of a `T+3` axis reaching into its symbolic part: TVM's kernel for
+    strided_slice computes its length by another formula than Relax inferred
+    (min(max(T + 1, 0), T + 3) - min(max(T - 1, 0), T + 3) for min(1, T) + 1), so the
+    gradient's product of the slice and its broadcast cotangent lost its shape and
+    failed to build, and x[::2] did not build at all. Found by fuzzing."""
+    def loss(x):
+        padded = enp.concatenate([enp.ones((3, 3)), x] if pad_first else [x, enp.ones((3, 3))], axis=0)
+        return enp.sum(enp.sin(padded[index]) ** 2)
+
+    program = egad.trace(loss, egad.Spec(("T", 3), "float64"))
+    gradient = egad.value_and_grad(program)
+    compiled, compiled_gradient = built(program), built(gradient)
+    for length in (0, 1, 2, 5):
+        x = RNG.standard_normal((length, 3))
+        assert np.isclose(compiled(x), loss(x))  # the same function on numpy arrays
+        assert_trees_close(compiled_gradient(x), egad.interpret(gradient, x), 1e-12, f"T={length}")
