@@ -24,6 +24,10 @@ to it side by side with the old one on one machine). `profile` prints Python's p
 of a few calls and, where PyTorch is installed, the GPU kernels it saw.
 `--target=llvm` exports CPU builds, which `run` runs on the CPU (tests/benchmarks/
 test_gpu_run.py checks the whole path that way).
+
+benchmarks/gpu_pack.sh packs all that a GPU machine without TVM needs (TVM's runtime,
+tvm-ffi for its Python, the exported builds) into one folder of about 30 MB, and
+benchmarks/gpu_machine.sh installs it there and runs this module.
 """
 from __future__ import annotations
 
@@ -98,18 +102,8 @@ def export(directory: str | os.PathLike, target: str = "cuda", arch: str = "sm_9
 def run(directory: str | os.PathLike, rounds: int = ROUNDS, runtime_path: str | None = None) -> dict:
     """Load, check and time what `export` wrote to `directory`; the results as a dict.
     `runtime_path`: another runtime.py to run the loops and tapes (to compare two)."""
-    os.environ.setdefault("TVM_USE_RUNTIME_LIB", "1")  # the compiler is not needed (nor, there, installed)
-    import tvm
-    import tvm.runtime.vm  # noqa: F401 - tvm.runtime does not import it
-
-    runtime = _load_callbacks(runtime_path)
+    tvm, runtime, manifest, device = _open(directory, runtime_path)
     directory = pathlib.Path(directory)
-    manifest = json.loads((directory / "manifest.json").read_text())
-    if manifest["target"] == "cuda":
-        _prepare_cuda(tvm, manifest["arch"])
-    device = tvm.cuda(0) if manifest["target"] == "cuda" else tvm.cpu(0)
-    if not device.exist:
-        raise SystemExit(f"no {manifest['target']} device here: the libraries in {directory} cannot run")
     rows = []
     for entry in manifest["workloads"]:
         expected = _arrays(directory / entry["expected"])
@@ -130,6 +124,23 @@ def run(directory: str | os.PathLike, rounds: int = ROUNDS, runtime_path: str | 
             "runtime only": bool(getattr(tvm.base, "_RUNTIME_ONLY", False)), "rounds": rounds,
             "runtime.py": str(runtime_path or REPO / "tvm_bridge" / "runtime.py"),
             "python": platform.python_version(), "tvm": tvm.__version__, "rows": rows}
+
+
+def _open(directory, runtime_path: str | None = None):
+    """(tvm, egad's runtime module, the manifest, the device) for the libraries `export`
+    wrote to `directory`, with TVM's runtime alone where TVM's compiler is not loaded yet."""
+    os.environ.setdefault("TVM_USE_RUNTIME_LIB", "1")  # the compiler is not needed (nor, there, installed)
+    import tvm
+    import tvm.runtime.vm  # noqa: F401 - tvm.runtime does not import it
+
+    runtime = _load_callbacks(runtime_path)
+    manifest = json.loads((pathlib.Path(directory) / "manifest.json").read_text())
+    if manifest["target"] == "cuda":
+        _prepare_cuda(tvm, manifest["arch"])
+    device = tvm.cuda(0) if manifest["target"] == "cuda" else tvm.cpu(0)
+    if not device.exist:
+        raise SystemExit(f"no {manifest['target']} device here: the libraries in {directory} cannot run")
+    return tvm, runtime, manifest, device
 
 
 def _load_callbacks(runtime_path: str | None = None):
@@ -160,16 +171,8 @@ def profile(directory: str | os.PathLike, calls: int = 3) -> None:
     import cProfile
     import pstats
 
-    os.environ.setdefault("TVM_USE_RUNTIME_LIB", "1")
-    import tvm
-    import tvm.runtime.vm  # noqa: F401
-
-    runtime = _load_callbacks()
+    tvm, runtime, manifest, device = _open(directory)
     directory = pathlib.Path(directory)
-    manifest = json.loads((directory / "manifest.json").read_text())
-    if manifest["target"] == "cuda":
-        _prepare_cuda(tvm, manifest["arch"])
-    device = tvm.cuda(0) if manifest["target"] == "cuda" else tvm.cpu(0)
     for entry in manifest["workloads"]:
         for side, built in entry["sides"].items():
             call = _caller(tvm, runtime, directory / built["library"], _arrays(directory / built["arguments"]), device)
