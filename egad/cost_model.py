@@ -95,8 +95,12 @@ TARGETS = {
     # host time; a dependent kernel waits ~3 us for its predecessor to drain. Short
     # matmuls are priced by the latency term, not by matmul_half_rows (not measured). A stacked
     # output's set-up is host work, priced as on the CPU (not measured on a GPU).
+    # A tape push copies the row into a fresh device tensor, freed after the call: on an
+    # H100 (2026-12-05, benchmarks/gpu_run.py profile) about 25 us of host time a row,
+    # where unpriced the model read GNMT-lite's step as 49 ms (measured 79 ms).
     "gpu": Target("gpu", flops_per_second=50e12, bytes_per_second=3e12, dispatch_seconds=4e-6,
-                  latency_seconds=3e-6, tape_byte_seconds=1 / 3e12, stacked_output_seconds=12e-6),
+                  latency_seconds=3e-6, tape_byte_seconds=1 / 3e12, stacked_output_seconds=12e-6,
+                  tape_push_seconds=20e-6),
 }
 
 _TARGET_KINDS = {"llvm": "cpu", "c": "cpu", "cpu": "cpu", "cuda": "gpu", "rocm": "gpu", "metal": "gpu",
