@@ -77,6 +77,15 @@ def _index_add(bb, args, attrs, binding):
         # the adjoint of a slice (egad/ad/adjoint_math.py unslice): elementwise, in place of a scatter
         return bb.emit_te(_add_into_progression, args[0], args[2], axis, *progression,
                           primfunc_name_hint="add_into_rows")
+    if 0 in x_type.shape or 0 in binding.inputs[2].type.shape:
+        # x or the values are empty (a static axis of 0 beside symbolic ones, which the
+        # lowering of empty results does not catch): nothing to add, where TVM's scatter
+        # divided by the 0. The indices are still checked (by a host call, which no pass
+        # drops for its result going unused).
+        if 0 not in index_type.shape and index_plan(binding, FunctionScope.ranges) is IndexPlan.CHECK:
+            size = axis_size(bb, args[0], x_type, axis)
+            index_checks.checked_on_host(bb, args[1], size, FunctionScope.sites[id(binding)])
+        return args[0]
     shape = x_type.shape
     perm = [axis] + [k for k in range(len(shape)) if k != axis]
     rest = _known_dims([shape[k] for k in perm[1:]], binding)

@@ -77,6 +77,7 @@ _HUGE = 2 ** 62
 @lowers("slice")
 def _slice(bb, args, attrs, binding):
     axes, begins, ends, strides = [], [], [], []
+    bounds = {}  # axis: (start, stop, step) as the user's ints, once normalized above
     x, x_type = args[0], binding.inputs[0].type
     for axis, (start, stop, step) in enumerate(attrs["index"]):
         if (start, stop, step) in ((None, None, None), (None, None, 1)):
@@ -114,6 +115,11 @@ def _slice(bb, args, attrs, binding):
             x_type = TensorType(tuple(trimmed_dim if k == axis else d for k, d in enumerate(x_type.shape)),
                                 x_type.dtype)
         step = 1 if step is None else step
+        if not symbolic and not len(range(x_type.shape[axis])[start:stop:step]):
+            # TVM's strided_slice gives an emptied static axis (x[:, 2:1]) the length
+            # stop - start, negative (bad_alloc at run time)
+            start, stop, step = 0, 0, 1
+        bounds[axis] = (start, stop, step)
         axes.append(axis)
         begins.append(start if start is not None else (0 if step > 0 else _HUGE))
         if stop is None and step > 0 and x_type.shape[axis] in FunctionScope.symbols:
@@ -122,46 +128,66 @@ def _slice(bb, args, attrs, binding):
         strides.append(step)
     if not axes:
         return x
-    sliced = R.strided_slice(x, axes, begins, ends, strides)
     out_type = binding.outputs[0].type
-    if all(isinstance(x_type.shape[axis], int) for axis in axes):
-        return sliced
-    # Along a symbolic axis, TVM's kernel for strided_slice computes its length by another
-    # formula than Relax infers for it (min(max(T + 1, 0), T + 3) - min(max(T - 1, 0),
-    # T + 3) for min(1, T) + 1), and neither is the static length the IR may know
-    # ((T+3)[-3:] is 3 long): Relax cannot prove them equal, so the slice's uses lost
-    # their shapes and failed to build. This kernel's length is the IR's where static,
-    # else the one Relax inferred.
-    inferred = bb.normalize(sliced).ty.shape
-    if out_type.is_static:
-        return _strided_rows(bb, x, axes, begins, strides, out_type.shape)
-    if isinstance(inferred, relax.ShapeExpr):
-        lengths = [d if isinstance(d, int) else length for d, length in zip(out_type.shape, inferred.values)]
-        return _named_dims(bb, _strided_rows(bb, x, axes, begins, strides, lengths), out_type)
-    return _named_dims(bb, bb.emit(sliced), out_type)
+    static = [k for k, axis in enumerate(axes) if isinstance(x_type.shape[axis], int)]
+    if len(static) == len(axes):
+        return R.strided_slice(x, axes, begins, ends, strides)
+    if static:  # the static axes first, by TVM's own slice, as above
+        x = bb.emit(R.strided_slice(x, *([values[k] for k in static] for values in (axes, begins, ends, strides))))
+    # Along a symbolic axis, TVM's strided_slice kernel computes its length by another formula
+    # than Relax infers for it (min(max(T + 1, 0), T + 3) - min(max(T - 1, 0), T + 3) for
+    # min(1, T) + 1), and neither is the static length the IR may know ((T+3)[-3:] is 3 long):
+    # Relax could not prove them equal, so the slice's uses lost their shapes and failed to
+    # build. Here the slice runs from its first index for exactly the IR's dim (assume_inbound:
+    # both Relax and the kernel read the length off begin and end): static, a dim the function
+    # has (the rows of a slice's gradient, iota(T)[:2], have the slice's dim `T[:2]`), else a
+    # new one bound to the length computed at run time.
+    symbolic = [axis for k, axis in enumerate(axes) if k not in static]
+    firsts, lasts = [], []
+    sizes = bb.normalize(x).ty.shape.values
+    for axis in symbolic:
+        start, stop, step = bounds[axis]
+        dim = out_type.shape[axis]
+        if isinstance(dim, int) or _known(dim):
+            length = dim if isinstance(dim, int) else symbol_var(FunctionScope.symbols, dim)
+        else:
+            length = bind_symbol(bb, dim, _slice_length(bb, axis_size(bb, x, x_type, axis), start, stop, step))
+        first = _first_index(start or 0, sizes[axis])
+        firsts.append(first)
+        lasts.append(first + length * step)
+    return R.strided_slice(x, symbolic, firsts, lasts, [bounds[axis][2] for axis in symbolic], assume_inbound=True)
 
 
-def _strided_rows(bb, x, axes, begins, strides, lengths):
-    """x[begin::stride] along `axes` (begins as numpy reads them: negative from the end,
-    clamped to the axis), `lengths` long, as a kernel of its own."""
-    steps = dict(zip(axes, strides))
-
-    def rows(data):
-        firsts = {axis: _first_index(begin, steps[axis], data.shape[axis]) for axis, begin in zip(axes, begins)}
-        return te.compute(list(lengths), lambda *i: data[tuple(firsts[k] + v * steps[k] if k in firsts else v
-                                                               for k, v in enumerate(i))], name="strided_rows")
-
-    return bb.emit_te(rows, x, primfunc_name_hint="slice_symbolic")
+def _first_index(start: int, size):
+    """The first index x[start::step] reads (step > 0) along an axis of `size`, as numpy
+    clamps it."""
+    if start == 0:
+        return 0
+    return tirx.max(size + start, 0) if start < 0 else tirx.min(tirx.const(start, "int64"), size)
 
 
-def _first_index(begin: int, step: int, size):
-    """The first index a slice reads along an axis of `size` (an int or a TIR expression)
-    from its start `begin`, as numpy clamps it."""
-    if step > 0:
-        return tirx.max(size + begin, 0) if begin < 0 else tirx.min(tirx.const(begin, "int64"), size)
-    if begin < 0:
-        return size + begin  # (a slice that reads nothing has length 0: its first index is never read)
-    return tirx.min(tirx.const(begin, "int64"), size - 1)
+def _known(dim: str) -> bool:
+    """Whether the function has symbolic dim `dim`, or every part of it (`T+U`)."""
+    parts = shapes.joined_parts(dim)
+    return dim in FunctionScope.symbols or bool(parts) and all(
+        isinstance(part, int) or part in FunctionScope.symbols for part in parts)
+
+
+def _slice_length(bb, size, start, stop, step: int):
+    """len(range(size)[start:stop:step]) for step > 0, as an int64 scalar tensor computed
+    from `size`, one (a symbolic axis's slices with a negative step are flipped first)."""
+    def const(value):
+        return relax.const(value, "int64")
+
+    def clamped(bound):  # as numpy reads a bound: negative from the end, within [0, size]
+        if bound < 0:
+            return bb.emit(R.maximum(R.add(size, const(bound)), const(0)))
+        return bb.emit(R.minimum(size, const(bound)))
+
+    first = const(0) if not start else clamped(start)
+    end = size if stop is None else clamped(stop)
+    span = bb.emit(R.maximum(R.subtract(end, first), const(0)))
+    return span if step == 1 else bb.emit(R.floor_divide(R.add(span, const(step - 1)), const(step)))
 
 
 def _from_the_other_end(bound):
@@ -170,25 +196,6 @@ def _from_the_other_end(bound):
     if bound is None:
         return None
     return -bound - 1
-
-
-def _named_dims(bb, sliced, out_type):
-    """A bounded or strided slice of a symbolic axis (x[:3], x[::2]) with the IR's dims
-    (`T[:3]`), so that x[:3] and the rows of its gradient (iota(T)[:3]) are one shape
-    to Relax: a dim the function does not have yet is the length Relax inferred (an
-    expression of T; a variable bound to it instead would be replaced by it in Relax
-    but not in kernels, which FuseTIR refuses); one it has, or one Relax could not
-    infer, is matched (checked at run time)."""
-    inferred = sliced.ty.shape.values if isinstance(sliced.ty.shape, relax.ShapeExpr) else None
-    symbols = FunctionScope.symbols
-    for k, dim in enumerate(out_type.shape):
-        if isinstance(dim, str) and dim not in symbols and inferred is not None:
-            symbols[dim] = inferred[k]
-    typed = tensor_type(out_type, symbols)  # (every symbolic dim of it is in `symbols` now)
-    if inferred is not None and all(isinstance(dim, int) or symbols[dim].same_as(length)
-                                    for dim, length in zip(out_type.shape, inferred)):
-        return sliced
-    return bb.match_cast(sliced, typed)
 
 
 def _symbolic_ends_dropped(bb, x, x_type, axis: int, start: int, dropped: int, dim: str):

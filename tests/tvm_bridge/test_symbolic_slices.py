@@ -222,3 +222,49 @@ def test_a_slice_of_a_concatenations_axis_has_its_value_and_gradient(index, pad_
         x = RNG.standard_normal((length, 3))
         assert np.isclose(compiled(x), loss(x))  # the same function on numpy arrays
         assert_trees_close(compiled_gradient(x), egad.interpret(gradient, x), 1e-12, f"T={length}")
+
+
+def test_a_concatenation_of_an_axis_and_its_slice_sliced_again_has_its_gradient():
+    """concat([x, x[:2]])[1:] * 1.3: its axis is T + T[:2]; with T[:2] written as the
+    expression Relax inferred (min(2, T)), TVM's FuseTIR recursed without end on the
+    fused kernel's shapes (a segmentation fault). A slice's new dim is bound to its length
+    at run time instead. Found by fuzzing."""
+    def loss(x):
+        return enp.sum(enp.concatenate([x, x[:2]], axis=0)[1:] * 1.3)
+
+    gradient = egad.value_and_grad(egad.trace(loss, egad.Spec(("T", 3), "float64")))
+    compiled = built(gradient)
+    for length in (0, 1, 2, 4):
+        x = RNG.standard_normal((length, 3))
+        assert_trees_close(compiled(x), egad.interpret(gradient, x), 1e-12, f"T={length}")
+
+
+@pytest.mark.parametrize("index", [(slice(1, None), slice(None, 0)), (slice(None, None, 2), slice(4, None)),
+                                   (slice(-2, None), slice(5, None)), (slice(None), slice(2, 1)),
+                                   (slice(2, -3), slice(2, 1)), (slice(None), slice(-1, 1))], ids=str)
+def test_a_static_axis_sliced_empty_beside_a_symbolic_one(index):
+    """x[:, 2:1] of f64[T, 4]: TVM's strided_slice gave the static axis the negative
+    length stop - start (std::bad_alloc at run time); the gradient of x[1:, :0] (a
+    scatter into an empty (T, 0) array) divided by its 0 while building. Found by fuzzing."""
+    program = egad.trace(lambda x: x[index] * 2.0, egad.Spec(("T", 4), "float64"))
+    gradient = egad.value_and_grad(egad.trace(lambda x: enp.sum(enp.sin(x[index])), egad.Spec(("T", 4), "float64")))
+    compiled, compiled_gradient = built(program), built(gradient)
+    for length in (0, 1, 3, 6):
+        x = RNG.standard_normal((length, 4))
+        got = compiled(x)
+        assert got.shape == x[index].shape
+        value, (dx,) = compiled_gradient(x)
+        assert value == 0.0 and dx.shape == x.shape and not dx.any()
+
+
+def test_an_update_adding_nothing_still_checks_its_indices():
+    """x.at[i].add(v) where every row is empty (x of shape (T, 0)) adds nothing, but an
+    index out of range is still an error, as in the interpreter."""
+    program = egad.trace(lambda x, i: x.at[i].add(1.0), egad.Spec(("T", 0), "float64"), egad.Spec(("K",), "int64"))
+    compiled = built(program)
+    x = np.zeros((3, 0))
+    assert compiled(x, np.array([0, 2, -1])).shape == (3, 0)
+    with pytest.raises(egad.IndexOutOfRangeError):
+        egad.interpret(program, x, np.array([3]))
+    with pytest.raises(egad.IndexOutOfRangeError, match="index 3 is out of range for an axis of size 3"):
+        compiled(x, np.array([3]))
