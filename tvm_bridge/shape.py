@@ -121,9 +121,7 @@ def _slice(bb, args, attrs, binding):
             start, stop, step = 0, 0, 1
         bounds[axis] = (start, stop, step)
         axes.append(axis)
-        begins.append(start if start is not None else (0 if step > 0 else _HUGE))
-        if stop is None and step > 0 and x_type.shape[axis] in FunctionScope.symbols:
-            stop = FunctionScope.symbols[x_type.shape[axis]]  # not _HUGE: TVM's length arithmetic overflows int64
+        begins.append(start if start is not None else (0 if step > 0 else _HUGE))  # (static axes': see below)
         ends.append(stop if stop is not None else (_HUGE if step > 0 else -_HUGE))
         strides.append(step)
     if not axes:
