@@ -138,9 +138,19 @@ def _check_tree(got: TreeDef, want: TreeDef, what: str, instead: str, error=Loop
                             instead=instead))
 
 
+def _one_value(x, what: str):
+    """`x`, refused when it is a tuple, list or dict (numpy would read one of traced
+    values as an array, and the error would blame numpy)."""
+    if isinstance(x, (tuple, list, dict)):
+        raise ShapeError(message(f"{what} must be one scalar, got a {type(x).__name__} of {len(x)}",
+                                 where=user_location().long(),
+                                 instead="combine the conditions into one, e.g. (a < 10) & (b < 3)"))
+    return x
+
+
 def _as_predicate(x, what: str):
     """A scalar bool from a traced predicate; ints are true when non-zero."""
-    dtype, _ = dtype_of(x)
+    dtype, _ = dtype_of(_one_value(x, what))
     shape = x.type.shape if is_tracer(x) else np.shape(x)
     if shape != ():
         raise ShapeError(message(f"{what} must be a scalar, got shape {shape}",
@@ -161,7 +171,7 @@ def cond(pred, true_fun, false_fun, *operands):
     Example: `egad.cond(x.sum() > 0, lambda x: x * 2, lambda x: -x, x)`"""
     for name, fn in (("true_fun", true_fun), ("false_fun", false_fun)):
         _require_function(fn, f"cond's {name}", "egad.cond(pred, lambda x: x * 2, lambda x: -x, x)")
-    if not is_tracer(pred):
+    if not is_tracer(_one_value(pred, "cond's predicate")):
         return true_fun(*operands) if bool(np.asarray(pred)) else false_fun(*operands)
     return _branch("if", _as_predicate(pred, "cond's predicate"), [true_fun, false_fun], operands,
                    ["then", "else"])
@@ -182,7 +192,7 @@ def switch(index, branches, *operands):
     if not branches:
         raise ArgumentError(message("switch needs at least one branch", where=user_location().long(),
                                     instead="egad.switch(index, [branch0, branch1, ...], *operands)"))
-    if not is_tracer(index):
+    if not is_tracer(_one_value(index, "switch's index")):
         chosen = int(np.clip(np.asarray(index), 0, len(branches) - 1))
         return branches[chosen](*operands)
     if index.ndim != 0 or not (is_int(index.type.dtype) or index.type.dtype == "bool"):

@@ -202,6 +202,17 @@ def test_predicate_must_be_scalar_bool_or_int():
         egad.trace(lambda x: egad.cond(x[0, 0], lambda: x, lambda: -x), X)
 
 
+@pytest.mark.parametrize("make", [
+    lambda x: egad.while_loop(lambda s: (s.sum() < 10, s.sum() < 3), lambda s: s + 1, x),
+    lambda x: egad.cond((x.sum() > 0,), lambda a: a, lambda a: -a, x),
+    lambda x: egad.switch([x.sum().astype("int64")], [lambda a: a, lambda a: -a], x),
+], ids=["while_loop", "cond", "switch"])
+def test_a_predicate_or_index_given_as_a_tuple_is_refused_as_such(make):
+    """It was read as an array through numpy, and the error blamed numpy. Found by fuzzing."""
+    with pytest.raises(egad.ShapeError, match=r"must be one scalar, got a (tuple|list) of \d.*\n  at .*test_errors"):
+        egad.trace(make, np.ones(3))
+
+
 def test_item_assignment_suggests_at_set():
     def f(x):
         x[0] = 1.0
