@@ -153,6 +153,11 @@ def _weak_traced_int(value) -> bool:
     return is_tracer(value) and value.type.weak and is_int(value.type.dtype)
 
 
+def _whole(value) -> bool:
+    """A Python or numpy int, not a bool."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
 def _size_sum_symbol(a, b) -> str | None:
     """The dim a sum of sizes is (`x.shape[0] + 2` is `T+2`, as long as
     enp.concatenate([x, two]) is), so that enp.zeros(x.shape[0] + 2) has that dim; None
@@ -190,6 +195,8 @@ def _binary(op_name: str, numpy_name: str, *, bool_op: str | None = None, float_
         result = apply1(name, [cast_to(a, dtype, weak), cast_to(b, dtype, weak)], weak=weak and keep_weak)
         if op_name == "add" and is_tracer(result):
             result._symbol = _size_sum_symbol(a, b)
+        if op_name == "sub" and is_tracer(result) and is_tracer(a) and a._symbol and _whole(b) and b >= 0:
+            result._less = (a._symbol, int(b))
         return result
 
     fn.__name__ = numpy_name
@@ -673,9 +680,11 @@ def arange(start, stop=None, step=1, dtype=None):
         length = stop  # arange(x.shape[0]) keeps x's symbolic dim
     else:
         length = maximum(subtract(stop, start), 0)
-        if is_tracer(stop) and stop._symbol and isinstance(start, (int, np.integer)) and start > 0:
-            # arange(k, T) is as long as x[k:] (max(T - k, 0)): the same dim, so they broadcast
-            length._symbol = shapes.slice_dim(stop._symbol, int(start), None, None)
+        sized = (stop._symbol, 0) if is_tracer(stop) and stop._symbol else stop._less if is_tracer(stop) else None
+        if sized and _whole(start) and start >= 0:
+            # arange(k, T) and arange(T - k) are as long as x[k:] (max(T - k, 0)): the same
+            # dim, so they broadcast
+            length._symbol = shapes.slice_dim(sized[0], sized[1] + int(start), None, None)
     # numpy's arange counts in int64 or float64 whatever the bounds' widths (arange(np.int32(4)) is int64)
     out_dtype = _dtype_name(dtype) if dtype is not None else \
         ("int64" if is_int(result_dtype(start, stop)[0]) else "float64")

@@ -14,7 +14,7 @@ from ..source import user_location
 
 
 class Tracer:
-    __slots__ = ("_builder", "_var", "_dim_cache", "_symbol")
+    __slots__ = ("_builder", "_var", "_dim_cache", "_symbol", "_less")
     # Tell numpy to route `ndarray op tracer` through our __array_ufunc__ (below).
 
     def __init__(self, builder, var, symbol: str | None = None):
@@ -24,6 +24,9 @@ class Tracer:
         # For int scalars that are the run-time size of a symbolic dim (x.shape[k]):
         # the symbol, so creation ops can keep the dim symbolic (enp.zeros((T, 3))).
         self._symbol = symbol
+        # For `x.shape[k] - c` (c >= 0 a Python int): (the symbol, c), so that
+        # enp.arange(T - c) is as long as x[c:] (both max(T - c, 0)).
+        self._less: tuple[str, int] | None = None
 
     # --- what the value looks like -----------------------------------------------
     @property

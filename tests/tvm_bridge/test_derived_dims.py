@@ -76,6 +76,22 @@ def test_arange_from_k_to_a_symbolic_length_is_as_long_as_the_slice_from_k():
     check_compiled_and_differences(lambda x: enp.sum(x[1:] * enp.arange(1, x.shape[0]) * enp.sin(x[:-1])))
 
 
+def test_arange_to_a_symbolic_length_less_k_is_as_long_as_the_slice_from_k():
+    """enp.arange(T - k) and enp.arange(j, T - k) are as long as x[k:] and x[j + k:]
+    (`x.shape[0] - 1` was a fresh dim, so `v[:-1] * enp.arange(T - 1)` was refused).
+    Found by fuzzing."""
+    def f(x):
+        return x[:-1] * enp.arange(x.shape[0] - 1), x[3:] * enp.arange(2, x.shape[0] + 1 - 2)
+
+    program = egad.trace(f, egad.Spec(("T",), "float64"))
+    assert [r.type.shape for r in program.region.results] == [("T-1",), ("T-3",)]
+    for length in (0, 1, 2, 5):
+        x = np.linspace(-1.0, 1.0, length)
+        assert_trees_close(egad.interpret(program, x), (x[:-1] * np.arange(length - 1),
+                                                        x[3:] * np.arange(2, length - 1)), rtol=0, atol=0)
+    check_compiled_and_differences(lambda x: enp.sum(x[2:] * enp.arange(x.shape[0] - 2) * enp.sin(x[:-2])))
+
+
 @pytest.mark.parametrize("padded", [
     lambda x: enp.concatenate([x, enp.zeros(2)]),
     lambda x: enp.concatenate([enp.ones(1), x, enp.arange(3.0)]),
