@@ -38,6 +38,7 @@ from __future__ import annotations
 import html
 import json
 import pathlib
+import re
 from importlib import resources
 
 import numpy as np
@@ -47,6 +48,7 @@ from .errors import EgadError, message
 ASSETS = ("cytoscape.min.js", "dagre.min.js", "viz.css", "viz.js")
 _ASSET_DIRECTORY = "viz_assets"  # beside this module, installed as package data
 _PLACEHOLDERS = ("/*@TITLE@*/", "/*@CSS@*/", "/*@LIBRARIES@*/", "/*@DATA@*/", "/*@APP@*/")
+_PLACEHOLDER = re.compile("|".join(re.escape(placeholder) for placeholder in _PLACEHOLDERS))
 
 
 def render(optimized, path, specialization: int = 0) -> pathlib.Path:
@@ -57,6 +59,9 @@ def render(optimized, path, specialization: int = 0) -> pathlib.Path:
 
         egad.viz.render(f, "report.html")   # then open report.html in a browser
     """
+    if not isinstance(path, (str, pathlib.PurePath)) or not str(path):
+        raise EgadError(message(f"egad.viz.render needs the path of the page to write, got {path!r}",
+                                instead='give the path of an .html file, e.g. egad.viz.render(f, "report.html")'))
     optimization = _optimization_of(optimized, specialization)
     from .viz_data import page_data
 
@@ -76,8 +81,9 @@ def page(data: dict) -> str:
     template = (assets / "viz.html").read_text(encoding="utf-8")
     libraries = "\n".join(_script((assets / name).read_text(encoding="utf-8"))
                           for name in ASSETS if name.endswith(".min.js"))
-    # "</" inside a script element would end it early: JSON allows "<\/" for it
-    payload = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
+    # "</script" inside a script element ends it early, and "<!--<script" makes the parser
+    # look for two ends: no "<" at all (JSON's \u003c is the same character)
+    payload = json.dumps(data, separators=(",", ":")).replace("<", "\\u003c")
     parts = {
         "/*@TITLE@*/": html.escape(data["title"]),
         "/*@CSS@*/": "<style>\n" + (assets / "viz.css").read_text(encoding="utf-8") + "\n</style>",
@@ -88,8 +94,8 @@ def page(data: dict) -> str:
     for placeholder in _PLACEHOLDERS:
         if template.count(placeholder) != 1:
             raise EgadError(f"egad/viz_assets/viz.html must hold {placeholder} once (a broken install?)")
-        template = template.replace(placeholder, parts[placeholder])
-    return template
+    # one pass: a part inserted (a title holding "/*@APP@*/") is never searched again
+    return _PLACEHOLDER.sub(lambda match: parts[match.group(0)], template)
 
 
 def _script(source: str) -> str:

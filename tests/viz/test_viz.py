@@ -175,6 +175,23 @@ def test_render_refuses_what_has_no_egraph(rnn_optimization, tmp_path):
     assert not (tmp_path / "x.html").exists()
 
 
+def test_names_in_the_data_cannot_break_the_page(rnn_optimization):
+    """A function named `loss<!--<script>` left the data's script element open (the page
+    showed nothing), and one holding `/*@APP@*/` was taken for a placeholder of the
+    template ("a broken install?"). Found by fuzzing."""
+    data = json.loads(json.dumps(page_data(rnn_optimization)))
+    data["title"] = name = "loss<!--<script>/*@APP@*/</script><b>&"
+    text = viz.page(data)
+    parser = _Tags()
+    parser.feed(text)
+    parser.close()
+    assert parser.open == [] and [tag for tag, _ in parser.tags].count("script") == 4
+    assert page_json(text) == data and "<" not in re.search(r'id="egad-data">(.*?)</script>', text, re.S).group(1)
+    assert "<title>loss&lt;!--&lt;script&gt;/*@APP@*/&lt;/script&gt;&lt;b&gt;&amp;</title>" in text
+    app = (ROOT / "egad" / "viz_assets" / "viz.js").read_text(encoding="utf-8")
+    assert text.count(app) == 1  # inlined where the template says, once
+
+
 def test_render_says_what_is_wrong_with_its_path_or_specialization(rnn_optimization, tmp_path):
     """A directory, a missing folder, a specialization "0" or 1.0 raised IsADirectoryError,
     FileNotFoundError and TypeError. Found by fuzzing."""
@@ -182,6 +199,9 @@ def test_render_says_what_is_wrong_with_its_path_or_specialization(rnn_optimizat
         viz.render(rnn_optimization, tmp_path)
     with pytest.raises(egad.EgadError, match="could not write .*: No such file or directory"):
         viz.render(rnn_optimization, tmp_path / "missing" / "x.html")
+    for wrong in (None, 3, b"x.html", ""):  # a raw TypeError, or "." a directory
+        with pytest.raises(egad.EgadError, match="needs the path of the page to write"):
+            viz.render(rnn_optimization, wrong)
     f = egad.Optimized(egad.trace(rnn_loss, *rnn_args()), (0,), "llvm", False, tuple(egad.rules.default()))
     f.optimizations.append(rnn_optimization)  # as its first call would (without building it here)
     for wrong in ("0", 1.0, True, 1):
