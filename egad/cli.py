@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from .errors import EgadError
@@ -42,6 +43,9 @@ def main(argv: list[str] | None = None) -> int:
         text = str(error)
         print(text if text.startswith("egad ") else f"egad {args.command}: {text}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `egad rules list | head -1`: the reader has all it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (Python flushes stdout at exit)
+        return 141  # as a shell reports a command ended by SIGPIPE
 
 
 if __name__ == "__main__":

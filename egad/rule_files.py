@@ -56,6 +56,10 @@ def load_families(path) -> list:
         run_user_module(f"_egad_rule_file_{len(_LOADED)}_{path.stem}", path)
     except RuleError:
         raise  # it names the rule and its line already
+    except SystemExit as stop:  # else `egad rules check` ended silently, with the file's status
+        raise RuleFileError(message(f"loading the rule family file {path} exited (sys.exit({stop.code!r}))",
+                                    where=str(path), instead="a rule family file declares families and rules; "
+                                    "guard anything else with `if __name__ == \"__main__\":`")) from None
     except Exception as error:  # noqa: BLE001 - any failure of the user's file is reported as such
         raise RuleFileError(message(
             f"loading the rule family file {path} failed: {type(error).__name__}: {error}",

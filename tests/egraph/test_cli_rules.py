@@ -37,3 +37,22 @@ def test_a_count_of_examples_must_be_positive(capsys):
 def test_rule_stats_with_no_workload_says_which_to_name(capsys):
     assert cli.main(["rules", "stats", "none"]) == 2
     assert "no workload to measure" in capsys.readouterr().err
+
+
+def test_a_rule_file_that_exits_is_reported_not_silent(tmp_path, capsys):
+    """A rule file calling sys.exit(0) made `egad rules check` print nothing and exit 0.
+    Found by fuzzing."""
+    path = tmp_path / "exits.py"
+    path.write_text('"""doc"""\nimport sys\nsys.exit(0)\n')
+    assert cli.main(["rules", "check", str(path), "--programs", "none"]) == 2
+    assert re.search(r"loading the rule family file .*exits\.py exited \(sys\.exit\(0\)\)", capsys.readouterr().err)
+
+
+def test_output_cut_short_by_its_reader_is_no_error():
+    """`egad rules list | head -1` printed a BrokenPipeError traceback. Found by fuzzing."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(f"'{sys.executable}' -m egad.cli rules list | head -c 10", shell=True, capture_output=True,
+                          text=True, timeout=120)
+    assert len(done.stdout) == 10 and "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr
