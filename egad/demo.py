@@ -233,6 +233,11 @@ def run(args) -> int:
     if args.out.exists() and not args.out.is_dir():  # before training, not after
         raise EgadError(message(f"egad demo: --out {args.out} is a file, not a folder",
                                 instead="give --out a folder (made if missing), e.g. --out demo_out"))
+    try:  # made now: a path under a file, or one not writable, fails before training, not after
+        args.out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise EgadError(message(f"egad demo: cannot make the folder --out {args.out}: {error.strerror or error}",
+                                instead="give --out a folder that can be made, e.g. --out demo_out")) from None
     print(f"egad demo: GNMT-lite {CONFIG} learns to reverse sequences\n")
     result = train(args.steps, args.target_accuracy, args.lr)
     history, config = result["history"], result["config"]

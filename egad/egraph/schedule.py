@@ -37,6 +37,7 @@ rounds themselves are the outer bound.
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import time
 from collections import Counter
 
@@ -242,13 +243,18 @@ def _run_transformer(rule, view) -> int:
     """rule.transform(view); an exception it raises (a defect in the rule) becomes a
     RuleError naming the rule and its def, so the optimizer's fallback says which."""
     try:
-        return rule.transform(view)
+        added = rule.transform(view)
     except EgadError:
         raise
     except Exception as error:  # noqa: BLE001 - whatever a transformer's Python raises
         raise RuleError(message(f"the transformer {rule.name!r} raised {type(error).__name__}: {error}",
                                 where=f"{rule.site.file}:{rule.site.line}",
                                 instead="fix the transformer, or leave its family out of rules=")) from error
+    if not isinstance(added, numbers.Integral) or isinstance(added, bool):
+        raise RuleError(message(f"the transformer {rule.name!r} returned {added!r} ({type(added).__name__})",
+                                where=f"{rule.site.file}:{rule.site.line}",
+                                instead="return how many alternatives it added (an int, 0 for none)"))
+    return int(added)
 
 
 def _size(snapshot: Snapshot) -> int:

@@ -65,5 +65,8 @@ def test_demo_options_that_cannot_work_stop_it_before_training(tmp_path, capsys)
     (tmp_path / "a-file").write_text("")
     assert cli.main(["demo", "--steps", "1", "--out", str(tmp_path / "a-file")]) == 2
     assert "is a file, not a folder" in capsys.readouterr().err
+    # a folder under a file: refused before training (it raised NotADirectoryError after). Found by fuzzing.
+    assert cli.main(["demo", "--steps", "1", "--out", str(tmp_path / "a-file" / "sub")]) == 2
+    assert "cannot make the folder --out" in capsys.readouterr().err
     assert cli.main(["demo", "--while-loop", "--steps", "5"]) == 2  # the smaller demo trains nothing
     assert "takes none of --steps" in capsys.readouterr().err

@@ -167,6 +167,14 @@ def _raise(view) -> int:
     raise ValueError("this transformer is broken")
 
 
+WRONG_RETURN = rules.family("test-wrong-return", "a transformer that returns no count, as a buggy research rule would")
+
+
+@WRONG_RETURN.transformer("return-a-string", "returns a str on purpose: the report must say so")
+def _return_a_string(view):
+    return "lots"
+
+
 def test_an_unsound_rule_is_caught_by_the_check_and_the_original_is_built():
     args = gated_args()
     traced = egad.trace(gated_rnn, *args)
@@ -294,6 +302,14 @@ def test_a_failing_rule_falls_back_and_says_why():
     report = f.report()  # the transformer named, and its own error
     assert "the optimizer failed (RuleError: the transformer '" in report
     assert "raised ValueError: this transformer is broken" in report
+
+
+def test_a_transformer_returning_no_count_is_named_with_what_it_returned():
+    """It was reported as egad's own `+=` failing on an int and a str. Found by fuzzing."""
+    args = gated_args()
+    f = egad.optimize(egad.trace(gated_rnn, *args), wrt=(0,), rules=["algebra", WRONG_RETURN])
+    f(*args)
+    assert "the transformer 'return-a-string' returned 'lots' (str)" in f.report()
 
 
 def test_a_limit_uses_the_best_term_so_far_and_the_report_says_which():
