@@ -71,6 +71,11 @@ def load_families(path) -> list:
         raise RuleFileError(message(f"{path} declares no rule family", where=str(path),
                                     instead='declare one with `MINE = egad.rules.family("mine", __doc__)` and add '
                                             "rules to it (docs/rules.md)"))
+    empty = [f.name for f in declared if not f.rules]
+    if empty:  # else `egad rules check` found "no counterexample" among no rules
+        raise RuleFileError(message(f"{path} declares the families {empty} but no rules in them", where=str(path),
+                                    instead="add rules with FAMILY.rewrites(name, why, ...) or @FAMILY.transformer "
+                                            "(docs/rules.md)"))
     _LOADED[path] = declared
     return declared
 

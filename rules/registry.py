@@ -35,6 +35,7 @@ from egad.egraph.marks import marks
 from egad.egraph.provenance import RuleSite
 
 _KEBAB = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+_FAMILY_NAME = re.compile(r"^[a-z0-9]+([-_][a-z0-9]+)*$")  # the default families' are snake_case
 
 
 # --- builders that read like egglog's ----------------------------------------------------
@@ -200,9 +201,14 @@ class Family:
         if not _KEBAB.match(rule_.name):
             raise RuleError(message(f"rule name {rule_.name!r} is not kebab-case", where=where,
                                     instead="name it like 'fold-double-negation'"))
-        if any(r.name == rule_.name for r in _RULES):
-            raise RuleError(message(f"rule {rule_.name!r} is defined twice", where=where,
+        other = next((r for r in _RULES if r.name == rule_.name), None)
+        if other is not None:
+            raise RuleError(message(f"rule {rule_.name!r} is defined twice, first at {other.site.file}:"
+                                    f"{other.site.line} (family {other.family!r})", where=where,
                                     instead="give each rule a name of its own"))
+        if not isinstance(rule_.why, str) or not rule_.why.strip():
+            raise RuleError(message(f"rule {rule_.name!r} says no why ({rule_.why!r})", where=where,
+                                    instead="give it one line on why it is sound and what it buys"))
         _RULES.append(rule_)
         self.rules.append(rule_)
         return rule_
@@ -266,6 +272,12 @@ _RULES: list[Rule] = []
 
 def family(name: str, doc: str, todo: str | None = None) -> Family:
     """Declare a family (once, at the top of its module)."""
+    if not isinstance(name, str) or not _FAMILY_NAME.match(name):
+        raise RuleError(message(f"family name {name!r} is not a name of lower-case words",
+                                instead='name it like "my_rules" or "my-rules": egad.rules.family("my_rules", __doc__)'))
+    if not isinstance(doc, str) or not doc.strip():
+        raise RuleError(message(f"family {name!r} has no doc ({doc!r})",
+                                instead="say what its rules do, e.g. in the module's docstring, and pass __doc__"))
     if name in _FAMILIES:
         raise ValueError(f"family {name!r} is declared twice")
     _FAMILIES[name] = Family(name, doc, todo=todo)
