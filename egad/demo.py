@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import pathlib
 import sys
 import time
@@ -205,16 +206,34 @@ def _steps(text: str) -> int:
     return positive_int(text, unit="steps")
 
 
+def _learning_rate(text: str) -> float:
+    value = _finite(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive learning rate")
+    return value
+
+
+def _finite(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text} is not a finite number")
+    return value
+
+
+# Each option's default; the parser's defaults are None, so that --while-loop can tell
+# an option given (even at its default value) from one left out.
 _DEFAULTS = {"steps": 4000, "target-accuracy": 0.95, "lr": LEARNING_RATE, "out": pathlib.Path("demo_out")}
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--steps", type=_steps, default=_DEFAULTS["steps"],
-                        help="most training steps (default 4000)")
-    parser.add_argument("--target-accuracy", type=float, default=_DEFAULTS["target-accuracy"],
-                        help="stop at this token accuracy")
-    parser.add_argument("--lr", type=float, default=_DEFAULTS["lr"], help="Adam's learning rate")
-    parser.add_argument("--out", type=pathlib.Path, default=_DEFAULTS["out"],
+    parser.add_argument("--steps", type=_steps, help="most training steps (default 4000)")
+    parser.add_argument("--target-accuracy", type=_finite,
+                        help="stop at this token accuracy (default 0.95; above 1, train every step)")
+    parser.add_argument("--lr", type=_learning_rate, help=f"Adam's learning rate (default {LEARNING_RATE})")
+    parser.add_argument("--out", type=pathlib.Path,
                         help="where the plot and the visualiser's HTML go (default ./demo_out)")
     parser.add_argument("--while-loop", action="store_true",
                         help="run the smaller demo instead: an RNN in a data-dependent while_loop, checked")
@@ -224,12 +243,14 @@ def run(args) -> int:
     if args.while_loop:
         from . import demo_while
 
-        given = [f"--{name}" for name in ("steps", "out", "lr", "target-accuracy")
-                 if getattr(args, name.replace("-", "_")) != _DEFAULTS[name]]
+        given = [f"--{name}" for name in _DEFAULTS if getattr(args, name.replace("-", "_")) is not None]
         if given:  # the smaller demo trains nothing and writes nothing
             raise EgadError(message(f"egad demo --while-loop takes none of {', '.join(given)}",
                                     instead="run egad demo --while-loop alone"))
         return demo_while.main()
+    for name, default in _DEFAULTS.items():
+        if getattr(args, name.replace("-", "_")) is None:
+            setattr(args, name.replace("-", "_"), default)
     if args.out.exists() and not args.out.is_dir():  # before training, not after
         raise EgadError(message(f"egad demo: --out {args.out} is a file, not a folder",
                                 instead="give --out a folder (made if missing), e.g. --out demo_out"))

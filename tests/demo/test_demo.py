@@ -70,3 +70,14 @@ def test_demo_options_that_cannot_work_stop_it_before_training(tmp_path, capsys)
     assert "cannot make the folder --out" in capsys.readouterr().err
     assert cli.main(["demo", "--while-loop", "--steps", "5"]) == 2  # the smaller demo trains nothing
     assert "takes none of --steps" in capsys.readouterr().err
+    # given at their defaults they were ignored; a NaN or negative learning rate trained. Found by fuzzing.
+    assert cli.main(["demo", "--while-loop", "--steps", "4000", "--out", "demo_out"]) == 2
+    assert "takes none of --steps, --out" in capsys.readouterr().err
+    for option, value, says in [("--lr", "-1", "-1 is not a positive learning rate"),
+                                ("--lr", "nan", "nan is not a finite number"),
+                                ("--target-accuracy", "nan", "nan is not a finite number")]:
+        try:
+            cli.main(["demo", option, value])
+        except SystemExit as stop:
+            assert stop.code == 2
+        assert says in capsys.readouterr().err
