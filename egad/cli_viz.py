@@ -31,6 +31,8 @@ def register(commands) -> None:
                      help="a built-in workload (default gnmt-lite-tiny; the GNMT-lite ones need egad's "
                           "repository checkout, whose benchmarks/ holds them)")
     viz.add_argument("-o", "--output", default="egad-viz.html", help="the HTML file to write (default egad-viz.html)")
+    viz.add_argument("--specialization", type=int, default=None, metavar="K",
+                     help="which of the script's specializations (its calls' shape signatures) to draw (default 0)")
     viz.set_defaults(run=run)
 
 
@@ -40,9 +42,16 @@ def run(args) -> int:
     if args.script is not None and args.workload is not None:
         raise EgadError(message("egad viz: give a script or --workload, not both"))
     _check_writable(args.output)  # before the optimization, which can take a while
+    if args.specialization is not None and args.script is None:
+        raise EgadError(message("egad viz: --specialization picks one of a script's results; a workload has one",
+                                instead="leave --specialization out, or give a script"))
     target = script_result(args.script) if args.script else workload(args.workload or "gnmt-lite-tiny")
-    path = viz.render(target, args.output)
+    path = viz.render(target, args.output, specialization=args.specialization or 0)
     print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB); open it in a browser")
+    count = len(getattr(target, "optimizations", ()))
+    if count > 1 and args.specialization is None:
+        print(f"{target.traced.name} has {count} specializations (one per shape signature it was called with); "
+              "this page draws the first: pass --specialization K for another")
     return 0
 
 

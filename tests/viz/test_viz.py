@@ -236,6 +236,33 @@ def test_cli_viz_runs_a_script_function(tmp_path, capsys):
         assert error in capsys.readouterr().err
 
 
+def test_cli_viz_says_which_of_several_specializations_it_draws(tmp_path, capsys):
+    """A result called on two shapes drew the first, said nothing, and the CLI could not
+    pick another. Found by fuzzing."""
+    from egad.cli import main
+
+    script = tmp_path / "two.py"
+    script.write_text("import numpy as np, egad, egad.numpy as enp\n\n"
+                      "def loss(x):\n    return enp.sum(enp.tanh(x) * x)\n\n"
+                      "def two_shapes():\n"
+                      "    f = egad.optimize(egad.trace(loss, np.ones(3)), wrt=(0,))\n"
+                      "    f(np.ones(3)); f(np.ones((5,)))\n"
+                      "    return f\n")
+    pages = {}
+    for k in (None, 1):
+        out = tmp_path / f"page-{k}.html"
+        assert main(["viz", f"{script}:two_shapes", "-o", str(out)] + ([] if k is None else
+                                                                        ["--specialization", str(k)])) == 0
+        said = capsys.readouterr().out
+        assert ("has 2 specializations" in said) == (k is None)
+        pages[k] = page_json(out.read_text(encoding="utf-8"))
+    assert pages[None]["summary"] != pages[1]["summary"]  # f32[3] and f32[5]
+    assert main(["viz", f"{script}:two_shapes", "--specialization", "2", "-o", str(tmp_path / "x.html")]) == 2
+    assert "specialization 2 does not exist" in capsys.readouterr().err
+    assert main(["viz", "--specialization", "1"]) == 2
+    assert "a workload has one" in capsys.readouterr().err
+
+
 def test_cli_viz_reports_the_users_script_errors_with_their_lines(tmp_path, capsys):
     from egad.cli import main
 
