@@ -41,7 +41,8 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.run(args) or 0)
     except EgadError as error:  # the user's input: say what and where, not a traceback into egad
         text = str(error)
-        print(text if text.startswith("egad ") else f"egad {args.command}: {text}", file=sys.stderr)
+        # ("egad.viz.render could not ..." names its command already)
+        print(text if text.startswith(("egad ", "egad.")) else f"egad {args.command}: {text}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # `egad rules list | head -1`: the reader has all it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # (Python flushes stdout at exit)

@@ -48,7 +48,8 @@ def load_families(path) -> list:
     if path in _LOADED:
         return _LOADED[path]
     if not path.is_file():
-        raise RuleFileError(message(f"no rule family file at {path}",
+        raise RuleFileError(message(f"{path} is a folder, not a rule family file" if path.is_dir() else
+                                    f"no rule family file at {path}",
                                     instead="pass the path of a .py file that declares a family, or a family name "
                                             f"({', '.join(f.name for f in rules.default())})"))
     before = {f.name for f in rules.families()}

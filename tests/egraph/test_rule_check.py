@@ -220,6 +220,8 @@ def test_a_rule_that_raises_is_reported_not_propagated(tmp_path):
 def test_family_files_that_cannot_be_used_say_why(tmp_path, capsys):
     assert cli.main(["rules", "check", str(tmp_path / "missing.py")]) == 2
     assert "no rule family file at" in capsys.readouterr().err
+    assert cli.main(["rules", "check", str(tmp_path)]) == 2
+    assert "is a folder, not a rule family file" in capsys.readouterr().err
     assert cli.main(["rules", "check", "no-such-family"]) == 2
     assert "no rule family named 'no-such-family'" in capsys.readouterr().err
     empty = tmp_path / "empty.py"
