@@ -15,6 +15,7 @@ adds those of family files to them.
 from __future__ import annotations
 
 import os
+import pathlib
 import sys
 import time
 
@@ -76,6 +77,7 @@ def run_check(args) -> int:
     try:
         families = _families(args.families) if args.families else rules.default()
         names = _workload_names(args.programs, WORKLOADS)
+        _check_corpus(args.corpus, names)
         started = time.perf_counter()
         report = rule_check.check(families, programs=lambda: _cases(names, args.corpus),
                                   examples=rule_check.EXAMPLES_PER_RULE if args.examples is None else args.examples,
@@ -99,6 +101,7 @@ def run_stats(args) -> int:
         if not names:  # `none`: check's way to skip programs; stats has nothing else to measure
             raise EgadError(message("no workload to measure",
                                     instead=f"name some of {', '.join(WORKLOADS)} (default: lstm gnmt-tiny)"))
+        _check_corpus(args.corpus, names)
         for name in names:
             print(rule_stats.rule_stats(_cases([name], args.corpus), families, name))
             print()
@@ -137,6 +140,20 @@ def _workload_names(names, default) -> list[str]:
         raise RuleFileError(f"no workload named {', '.join(map(repr, unknown))}\n  instead: name some of "
                             f"{', '.join(WORKLOADS)} (or none)")
     return list(names)
+
+
+def _check_corpus(corpus, names) -> None:
+    """--corpus given for nothing, or naming no folder, is an error now, not once (or
+    never) a rule needs the programs: the instance checks before that take minutes."""
+    if corpus is None:
+        return
+    if "corpus" not in names:
+        raise EgadError(message(f"--corpus {corpus} is given but the corpus is not among the programs "
+                                f"({', '.join(names) or 'none'})", instead="add corpus to the programs, or leave "
+                                "--corpus out"))
+    if not pathlib.Path(corpus).is_dir():
+        raise EgadError(message(f"--corpus {corpus} is not a folder", instead="name the corpus package's folder "
+                                "(as tests/programs is)"))
 
 
 def _cases(names, corpus) -> list:

@@ -23,7 +23,12 @@ def test_a_corpus_named_on_the_command_line_that_cannot_be_loaded_fails_the_comm
     err = capsys.readouterr().err
     assert "loading the corpus package" in err and "broken corpus" in err and "__init__.py:1" in err
     assert cli.main(["rules", "stats", "corpus", "--corpus", str(tmp_path / "missing")]) == 2
-    assert "is not a corpus package" in capsys.readouterr().err
+    assert "missing is not a folder" in capsys.readouterr().err
+    # checked before the instance checks (minutes), or when no program is the corpus (ignored). Found by fuzzing.
+    assert cli.main(["rules", "check", "algebra", "--corpus", str(tmp_path / "missing")]) == 2
+    assert "missing is not a folder" in capsys.readouterr().err
+    assert cli.main(["rules", "check", "control", "--programs", "lstm", "--corpus", str(tmp_path)]) == 2
+    assert "the corpus is not among the programs (lstm)" in capsys.readouterr().err
 
 
 def test_a_count_of_examples_must_be_positive(capsys):
