@@ -46,8 +46,10 @@ def run(args) -> int:
         raise EgadError(message("egad viz: --specialization picks one of a script's results; a workload has one",
                                 instead="leave --specialization out, or give a script"))
     target = script_result(args.script) if args.script else workload(args.workload or "gnmt-lite-tiny")
+    replaced = os.path.isfile(args.output)
     path = viz.render(target, args.output, specialization=args.specialization or 0)
-    print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB); open it in a browser")
+    print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB{', replacing the file there' if replaced else ''}); "
+          "open it in a browser")
     count = len(getattr(target, "optimizations", ()))
     if count > 1 and args.specialization is None:
         print(f"{target.traced.name} has {count} specializations (one per shape signature it was called with); "
@@ -111,10 +113,10 @@ def _users_code(what: str, run):
         where = raised_at(error)
         if isinstance(error, SyntaxError):
             where = SourceLoc(error.filename or "?", error.lineno or 0)
+        instead = ("fix the script's syntax at that line" if isinstance(error, SyntaxError) else
+                   "name a function of no arguments that returns egad.optimize's result after one call")
         raise EgadError(message(f"egad viz: {what} raised {type(error).__name__}: {error}",
-                                where=None if where is UNKNOWN else where.long(),
-                                instead="name a function of no arguments that returns egad.optimize's result "
-                                        "after one call")) from error
+                                where=None if where is UNKNOWN else where.long(), instead=instead)) from error
 
 
 def _check_writable(output: str) -> None:

@@ -225,6 +225,8 @@ def test_cli_viz_runs_a_script_function(tmp_path, capsys):
     out = tmp_path / "page.html"
     assert main(["viz", f"{script}:optimized", "-o", str(out)]) == 0
     assert f"wrote {out}" in capsys.readouterr().out
+    assert main(["viz", f"{script}:optimized", "-o", str(out)]) == 0
+    assert "replacing the file there" in capsys.readouterr().out  # it said nothing. Found by fuzzing.
     data = page_json(out.read_text(encoding="utf-8"))
     assert data["title"] == "egad: value_and_grad_rnn_loss" and data["critical"]
     # the user's mistakes: a message and exit status 2, not a traceback
@@ -278,7 +280,8 @@ def test_cli_viz_reports_the_users_script_errors_with_their_lines(tmp_path, caps
     assert "missing 1 required positional argument" in capsys.readouterr().err
     (tmp_path / "broken.py").write_text("def f(:\n")
     assert main(["viz", f"{tmp_path / 'broken.py'}:f"]) == 2
-    assert "SyntaxError" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "SyntaxError" in err and "fix the script's syntax at that line" in err  # not "name a function..."
 
 
 @pytest.mark.slow
