@@ -76,8 +76,8 @@ _HUGE = 2 ** 62
 
 @lowers("slice")
 def _slice(bb, args, attrs, binding):
-    axes, begins, ends, strides = [], [], [], []
-    bounds = {}  # axis: (start, stop, step) as the user's ints, once normalized above
+    axes, begins, ends, strides = [], [], [], []  # the static axes', for TVM's own slice
+    along_symbolic = {}  # symbolic axis: its (start, stop, step), ints as the loop below leaves them
     x, x_type = args[0], binding.inputs[0].type
     for axis, (start, stop, step) in enumerate(attrs["index"]):
         if (start, stop, step) in ((None, None, None), (None, None, 1)):
@@ -115,23 +115,24 @@ def _slice(bb, args, attrs, binding):
             x_type = TensorType(tuple(trimmed_dim if k == axis else d for k, d in enumerate(x_type.shape)),
                                 x_type.dtype)
         step = 1 if step is None else step
-        if not symbolic and not len(range(x_type.shape[axis])[start:stop:step]):
+        if symbolic:
+            along_symbolic[axis] = (start, stop, step)
+            continue
+        if not len(range(x_type.shape[axis])[start:stop:step]):
             # TVM's strided_slice gives an emptied static axis (x[:, 2:1]) the length
             # stop - start, negative (bad_alloc at run time)
             start, stop, step = 0, 0, 1
-        bounds[axis] = (start, stop, step)
         axes.append(axis)
-        begins.append(start if start is not None else (0 if step > 0 else _HUGE))  # (static axes': see below)
+        begins.append(start if start is not None else (0 if step > 0 else _HUGE))
         ends.append(stop if stop is not None else (_HUGE if step > 0 else -_HUGE))
         strides.append(step)
-    if not axes:
+    if axes:
+        sliced = R.strided_slice(x, axes, begins, ends, strides)
+        if not along_symbolic:
+            return sliced
+        x = bb.emit(sliced)
+    if not along_symbolic:
         return x
-    out_type = binding.outputs[0].type
-    static = [k for k, axis in enumerate(axes) if isinstance(x_type.shape[axis], int)]
-    if len(static) == len(axes):
-        return R.strided_slice(x, axes, begins, ends, strides)
-    if static:  # the static axes first, by TVM's own slice, as above
-        x = bb.emit(R.strided_slice(x, *([values[k] for k in static] for values in (axes, begins, ends, strides))))
     # Along a symbolic axis, TVM's strided_slice kernel computes its length by another formula
     # than Relax infers for it (min(max(T + 1, 0), T + 3) - min(max(T - 1, 0), T + 3) for
     # min(1, T) + 1), and neither is the static length the IR may know ((T+3)[-3:] is 3 long):
@@ -140,11 +141,10 @@ def _slice(bb, args, attrs, binding):
     # both Relax and the kernel read the length off begin and end): static, a dim the function
     # has (the rows of a slice's gradient, iota(T)[:2], have the slice's dim `T[:2]`), else a
     # new one bound to the length computed at run time.
-    symbolic = [axis for k, axis in enumerate(axes) if k not in static]
+    out_type = binding.outputs[0].type
     firsts, lasts = [], []
     sizes = bb.normalize(x).ty.shape.values
-    for axis in symbolic:
-        start, stop, step = bounds[axis]
+    for axis, (start, stop, step) in along_symbolic.items():
         dim = out_type.shape[axis]
         if isinstance(dim, int) or _known(dim):
             length = dim if isinstance(dim, int) else symbol_var(FunctionScope.symbols, dim)
@@ -153,7 +153,8 @@ def _slice(bb, args, attrs, binding):
         first = _first_index(start or 0, sizes[axis])
         firsts.append(first)
         lasts.append(first + length * step)
-    return R.strided_slice(x, symbolic, firsts, lasts, [bounds[axis][2] for axis in symbolic], assume_inbound=True)
+    return R.strided_slice(x, list(along_symbolic), firsts, lasts, [step for _, _, step in along_symbolic.values()],
+                           assume_inbound=True)
 
 
 def _first_index(start: int, size):
