@@ -166,7 +166,7 @@ def _size_sum_symbol(a, b) -> str | None:
     for value in (a, b):
         if is_tracer(value) and value._symbol:
             parts.append(value._symbol)
-        elif isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= 0:
+        elif _whole(value) and value >= 0:
             parts.append(int(value))
         else:
             return None
