@@ -41,6 +41,7 @@ import time
 
 import numpy as np
 
+from .closeness import largest_relative_error
 from .timing import median_seconds
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -265,11 +266,7 @@ def _relative_error(got: list[np.ndarray], want: list[np.ndarray], context: str,
     if len(got) != len(want) or any(g.shape != w.shape for g, w in zip(got, want)):
         raise AssertionError(f"{context}: results of shapes {[g.shape for g in got]}, "
                              f"expected {[w.shape for w in want]}")
-    worst = 0.0
-    for g, w in zip(got, want):
-        g, w = g.astype(np.float64), w.astype(np.float64)
-        scale = max(float(np.max(np.abs(w), initial=0.0)), 1e-30)
-        worst = max(worst, float(np.max(np.abs(g - w), initial=0.0)) / scale)
+    worst = largest_relative_error(got, want)
     if not worst <= rtol:  # NaN fails too
         raise AssertionError(f"{context}: results differ from the CPU's rules=() build by {worst:.3g} (relative)")
     return worst

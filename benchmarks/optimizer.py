@@ -52,6 +52,7 @@ from egad import rules  # noqa: E402
 from egad.pytree import flatten  # noqa: E402
 
 from . import gnmt_lite, lstm_lm  # noqa: E402
+from .closeness import largest_relative_error  # noqa: E402
 from .timing import median_seconds  # noqa: E402
 
 RESULTS = pathlib.Path(__file__).parent / "results"
@@ -63,11 +64,7 @@ CORPUS_ROUNDS = 21  # corpus calls take about a millisecond: more rounds for a s
 def _check_close(got, want, context: str, rtol: float = 1e-3) -> float:
     """The largest relative error of `got` against `want` (each leaf scaled by its own
     size); raises when above `rtol`, so nothing wrong is ever timed."""
-    worst = 0.0
-    for g, w in zip(flatten(got)[0], flatten(want)[0]):
-        g, w = np.asarray(g, np.float64), np.asarray(w, np.float64)
-        scale = max(float(np.max(np.abs(w), initial=0.0)), 1e-30)
-        worst = max(worst, float(np.max(np.abs(g - w), initial=0.0)) / scale)
+    worst = largest_relative_error(flatten(got)[0], flatten(want)[0])
     if worst > rtol:
         raise AssertionError(f"{context}: optimized results differ from rules=() by {worst:.3g} (relative)")
     return worst
