@@ -65,7 +65,7 @@ def _check_close(got, want, context: str, rtol: float = 1e-3) -> float:
     """The largest relative error of `got` against `want` (each leaf scaled by its own
     size); raises when above `rtol`, so nothing wrong is ever timed."""
     worst = largest_relative_error(flatten(got)[0], flatten(want)[0])
-    if worst > rtol:
+    if not worst <= rtol:  # NaN fails too
         raise AssertionError(f"{context}: optimized results differ from rules=() by {worst:.3g} (relative)")
     return worst
 

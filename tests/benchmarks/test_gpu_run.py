@@ -69,3 +69,15 @@ def test_run_refuses_results_that_differ(exported, tmp_path):
     assert tvm_ffi.get_global_func("egad.tape_alloc") is not None
     value, _ = egad.optimize(egad.trace(lstm_lm.loss, *ARGS), wrt=lstm_lm.WRT, rules=())(*ARGS)
     assert not runtime._TAPES  # released by the call that made them: the VM called this module's tape_alloc
+
+
+def test_a_nan_result_is_no_closer_than_any_other():
+    """Python's max(0.0, nan) is 0.0: a NaN result passed the check of both benchmarks."""
+    from benchmarks.closeness import largest_relative_error
+
+    assert np.isnan(largest_relative_error([np.array([np.nan]), np.ones(2)], [np.ones(1), np.ones(2)]))
+    assert np.isnan(largest_relative_error([np.ones(2), np.array([1.0, np.nan])], [np.ones(2), np.ones(2)]))
+    assert largest_relative_error([np.array([np.nan, np.inf, 2.0])], [np.array([np.nan, np.inf, 2.2])]) \
+        == pytest.approx(0.2 / 2.2)
+    with pytest.raises(AssertionError, match="differ from the CPU's rules=\\(\\) build by nan"):
+        gpu_run._relative_error([np.array([np.nan])], [np.ones(1)], "a NaN", gpu_run.RTOL)
