@@ -21,8 +21,6 @@ runtime_checks.py, which needs TVM's runtime alone.
 """
 from __future__ import annotations
 
-
-import numpy as np
 import tvm
 from tvm import relax
 from tvm.script import tirx as T

@@ -8,7 +8,7 @@ from egad.ir import shapes
 from egad.ir.types import TensorType
 
 from .host_checks import check_shape_fits
-from .registry import FunctionScope, axis_size, lowers, symbol_var, tensor_type
+from .registry import FunctionScope, axis_size, lowers, symbol_var
 
 R = relax.op
 
