@@ -800,7 +800,7 @@ def _same_exprs(a, b) -> bool:
 def _is_data_movement(block) -> bool:
     """A block whose body stores a value loaded from one buffer, unchanged."""
     body = block.body
-    return (isinstance(body, tirx.BufferStore) and isinstance(body.value, tirx.BufferLoad)
+    return (isinstance(body, tirx.BufferStore) and isinstance(body.value, tvm.ir.TensorLoad)
             and block.init is None)
 
 

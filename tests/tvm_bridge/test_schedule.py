@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import tvm
 from tvm import tirx
+from tvm.script import tirx as T
 
 import egad
 import egad.nn as enn
@@ -231,6 +232,38 @@ def test_a_transposed_left_operand_is_read_in_place_too():
                      (batched_matmul_a_transposed, f32(3, 512, 64), f32(3, 512, 128))):
         funcs = scheduled_prim_funcs(fn, a, b)
         assert rules_applied(funcs) == {"matmul-tiled-packed"} and len(funcs) == 1, fn.__name__
+
+
+@T.prim_func(private=True, s_tir=True)
+def _transpose_then_matmul(A: T.Buffer((64, 32), "float32"), B: T.Buffer((64, 48), "float32"),
+                           C: T.Buffer((32, 48), "float32")):
+    T.func_attr({"tirx.noalias": True})
+    At = T.sblock_alloc_buffer((32, 64))
+    for i, k in T.grid(32, 64):
+        with T.sblock("transpose"):
+            vi, vk = T.axis.remap("SS", [i, k])
+            At[vi, vk] = A[vk, vi]
+    for i, j, k in T.grid(32, 48, 64):
+        with T.sblock("matmul"):
+            vi, vj, vk = T.axis.remap("SSR", [i, j, k])
+            with T.init():
+                C[vi, vj] = T.float32(0)
+            C[vi, vj] = C[vi, vj] + At[vi, vk] * B[vk, vj]
+
+
+def test_a_transpose_inside_the_product_kernel_is_inlined_into_its_pack():
+    """A kernel whose product reads a transpose made in the same kernel: the transpose
+    is inlined (the pack transposes) and the product scheduled. The check for "only
+    moves data" compared against a TIR constructor function and raised, which left such
+    kernels unscheduled."""
+    func = schedule.schedule_prim_func(_transpose_then_matmul, schedule.VectorLanes(256))
+    assert func.attrs["egad.schedule_rule"] == "matmul-tiled-packed"
+    assert 'T.sblock("transpose")' not in func.script()
+    library = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target="llvm")
+    a, b = f32(64, 32), f32(64, 48)
+    c = tvm.runtime.empty((32, 48), "float32")
+    library["main"](tvm.runtime.tensor(a), tvm.runtime.tensor(b), c)
+    np.testing.assert_allclose(c.numpy(), a.T @ b, rtol=1e-5, atol=1e-5)
 
 
 def test_a_transposed_left_operand_with_broadcast_or_symbolic_batch_is_read_in_place():
