@@ -10,8 +10,10 @@ move a use of such a dimension above its definition). Each pass below says which
 from __future__ import annotations
 
 import tvm
-from tvm import relax
+from tvm import relax, tirx
 from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
+
+from .tir_blocks import is_pure_read
 
 
 def fusion_passes(target, backend=cpu_generic) -> list:
@@ -37,6 +39,8 @@ def legalize_and_fuse(target, backend=cpu_generic) -> list:
     for pass_ in backend.legalize_passes(target):
         if pass_.info.name not in ("FoldConstant", "ApplyDefaultSchedule"):
             passes.append(pass_)
+        if pass_.info.name == "AnnotateTIROpPattern":
+            passes.append(read_where_used)
         if pass_.info.name == "FuseOps" and limit is not None:
             passes.append(limit_kernel_buffers(int(limit)))
     return passes
@@ -182,3 +186,147 @@ def _dependence_order(bindings: list, known: set = frozenset()) -> list:
         placed.add(index)
         order.append(index)
     return [bindings[index] for index in order]
+
+
+@tvm.transform.module_pass(opt_level=0, name="egad.ReadWhereUsed")
+def read_where_used(mod: tvm.IRModule, _context) -> tvm.IRModule:
+    """Fuse pure reads (a row taken from a tensor, a slice, a transpose: kernels that
+    only move values) into the elementwise kernels that use them, each consumer with a
+    copy of the read of its own. FuseOps fuses a producer into one consumer only, and
+    never a `take` (AnnotateTIROpPattern calls a load at a computed index opaque): a
+    loop body's `take(tape, i)` read by three products ran as a kernel of its own that
+    copied the row (2-9 us a trip on a 2-core CPU), then each product read the copy.
+    A fused copy reads the tensor in place and copies nothing. Runs after
+    AnnotateTIROpPattern, whose op_pattern attributes FuseOps reads.
+
+    Only reads of static shapes are copied, and only takes from the function's own
+    parameters (a loop body's tapes and invariants) are fused: FuseTIR fails
+    ("VarRemapGet(source) == nullptr") on fused groups that also take symbolic sizes
+    as PrimValues, as the shape arithmetic of a symbolic slice's gradient does."""
+    reads = _Reads(mod)
+    rewritten = {}
+    for global_var, func in mod.functions_items():
+        if isinstance(func, relax.Function) and isinstance(func.body, relax.SeqExpr):
+            body = _read_where_used(reads, set(func.params), func.body)
+            if body is not func.body:
+                rewritten[global_var] = relax.Function(func.params, body, func.ret_ty, func.is_pure, func.attrs,
+                                                       func.span)
+    if not rewritten:
+        return mod
+    for global_var, func in [*reads.twins.items(), *rewritten.items()]:
+        mod[global_var] = func
+    return relax.transform.Normalize()(mod)  # the new calls' types
+
+
+_INJECTIVE = 2  # TVM's OpPatternKind: elementwise 0, broadcast 1, injective 2, ..., opaque 8
+
+
+class _Reads:
+    """The module's pure-read kernels, and an injective twin of each opaque one (a
+    take), made when first asked for."""
+
+    def __init__(self, mod: tvm.IRModule):
+        self.mod = mod
+        self.pure = {global_var for global_var, func in mod.functions_items() if is_pure_read(func)}
+        self.twin_of: dict = {}  # an opaque read -> its twin
+        self.twins: dict = {}  # a twin -> its PrimFunc
+
+    def is_read(self, global_var) -> bool:
+        return global_var in self.pure or global_var in self.twins
+
+    def op_pattern(self, global_var) -> int:
+        func = self.twins.get(global_var) or (self.mod.functions.get(global_var) if global_var is not None else None)
+        return int((func.attrs or {}).get("op_pattern", 1 << 30)) if isinstance(func, tirx.PrimFunc) else 1 << 30
+
+    def twin(self, global_var) -> relax.GlobalVar:
+        if global_var not in self.twin_of:
+            twin = relax.GlobalVar(f"{global_var.name_hint}_in_place")
+            relax.expr._update_type(twin, global_var.ty)  # noqa: SLF001 - a GlobalVar's type is set by its maker
+            self.twin_of[global_var] = twin
+            self.twins[twin] = self.mod[global_var].with_attr("op_pattern", _INJECTIVE)
+        return self.twin_of[global_var]
+
+
+def _read_where_used(reads: _Reads, params: set, seq: relax.SeqExpr) -> relax.SeqExpr:
+    blocks, changed = [], False
+    for block in seq.blocks:
+        if isinstance(block, relax.DataflowBlock):
+            bindings = _copy_reads(reads, [_fusable(reads, params, binding) for binding in block.bindings])
+            changed |= any(new is not old for new, old in zip(bindings, block.bindings)) \
+                or len(bindings) != len(block.bindings)
+            block = relax.DataflowBlock(bindings, block.span)
+        blocks.append(block)
+    return relax.SeqExpr(blocks, seq.body, seq.span) if changed else seq
+
+
+def _fusable(reads: _Reads, params: set, binding):
+    """`binding` calling the injective twin of its read when it takes from the
+    function's parameters, else as it is."""
+    callee = _callee(binding)
+    if (callee not in reads.pure or reads.op_pattern(callee) <= _INJECTIVE or not _static_tensors(binding)
+            or not all(arg in params or isinstance(arg, tvm.ir.Constant) for arg in binding.value.args[1].fields)):
+        return binding
+    call = binding.value
+    return relax.VarBinding(binding.var, relax.Call(call.op, [reads.twin(callee), *call.args[1:]], call.attrs,
+                                                    call.ty_args, call.span), binding.span)
+
+
+def _copy_reads(reads: _Reads, bindings: list) -> list:
+    """`bindings` with a copy of each injective pure read before each injective binding
+    using it (but one, which keeps the read, when nothing else uses it)."""
+    users: dict = {}
+    for index, binding in enumerate(bindings):
+        for var in relax.analysis.free_vars(binding.value):
+            users.setdefault(var, []).append(index)
+    copies: dict[int, list] = {}  # user's index -> [(read's var, the copy's binding)]
+    for binding in bindings:
+        callee = _callee(binding)
+        if not reads.is_read(callee) or reads.op_pattern(callee) > _INJECTIVE or not _static_tensors(binding):
+            continue
+        using = users.get(binding.var, [])
+        fusable = [index for index in using if reads.op_pattern(_callee(bindings[index])) <= _INJECTIVE]
+        kept = len(using) > len(fusable) or not isinstance(binding.var, relax.DataflowVar)  # an output stays
+        for index in fusable[0 if kept else 1:]:
+            copy = relax.DataflowVar(binding.var.name, binding.var.ty)
+            read = _substitute(binding.value, {})  # a call of its own
+            copies.setdefault(index, []).append((binding.var, relax.VarBinding(copy, read)))
+    if not copies:
+        return bindings
+    result = []
+    for index, binding in enumerate(bindings):
+        replace = {}
+        for read, copy in copies.get(index, []):
+            result.append(copy)
+            replace[read] = copy.var
+        result.append(relax.VarBinding(binding.var, _substitute(binding.value, replace), binding.span)
+                      if replace else binding)
+    return result
+
+
+def _callee(binding) -> relax.GlobalVar | None:
+    """The function a `call_tir` binding calls."""
+    call = binding.value if isinstance(binding, relax.VarBinding) else None
+    if isinstance(call, relax.Call) and call.op == tvm.ir.Op.get("relax.call_tir"):
+        return call.args[0]
+    return None
+
+
+def _static_tensors(binding) -> bool:
+    """Whether a call_tir binding reads and writes tensors of static shapes only. FuseTIR
+    fails ("VarRemapGet(source) == nullptr") on two copies of a read of a tensor of
+    symbolic shape, its size passed as a PrimValue, in one fused group."""
+    values = [binding.var, *binding.value.args[1].fields, *binding.value.args[2:]]
+    return all(isinstance(value, relax.Expr) and isinstance(value.ty, relax.TensorType)
+               and value.ty.shape is not None and all(isinstance(d, tirx.IntImm) for d in value.ty.shape.values)
+               for value in values)
+
+
+def _substitute(expr, replace: dict):
+    if isinstance(expr, relax.Var):
+        return replace.get(expr, expr)
+    if isinstance(expr, relax.Tuple):
+        return relax.Tuple([_substitute(field, replace) for field in expr.fields], expr.span)
+    if isinstance(expr, relax.Call):
+        return relax.Call(expr.op, [_substitute(arg, replace) for arg in expr.args], expr.attrs, expr.ty_args,
+                          expr.span)
+    return expr

@@ -56,6 +56,7 @@ from tvm.target.codegen import target_has_features
 from tvm.tirx.analysis import undefined_vars
 
 from . import fusion, gpu
+from .tir_blocks import moves_data, sblocks
 
 RULE_COUNTS: collections.Counter[str] = collections.Counter()
 RAISE_RULE_ERRORS = False
@@ -173,7 +174,7 @@ def initialize_before_reducing(func: tirx.PrimFunc) -> tirx.PrimFunc | None:
     the output kept whatever memory held: `v @ v` of an empty v was 4.7e-310, `any`
     over an empty axis True. The rules above decompose the reductions they schedule;
     this catches the rest (kernels too small to schedule, or no rule's)."""
-    if not any(block.init is not None for block in _sblocks(func.body)):
+    if not any(block.init is not None for block in sblocks(func.body)):
         return None  # most kernels: nothing to do, and no Schedule made for them
     sch = s_tir.Schedule(func)
     changed = False
@@ -191,25 +192,7 @@ def initialize_before_reducing(func: tirx.PrimFunc) -> tirx.PrimFunc | None:
 
 def _blocks_initialized_inside(sch) -> list:
     """The blocks that still write their initial value inside their loops (`init`)."""
-    return [sch.get_sblock(block.name_hint) for block in _sblocks(sch.mod["main"].body) if block.init is not None]
-
-
-def _sblocks(stmt):
-    """Every SBlock in a TIR statement, outer ones first."""
-    if isinstance(stmt, tirx.SeqStmt):
-        for child in stmt.seq:
-            yield from _sblocks(child)
-    elif isinstance(stmt, tirx.IfThenElse):
-        for branch in (stmt.then_case, stmt.else_case):
-            if branch is not None:
-                yield from _sblocks(branch)
-    elif isinstance(stmt, s_tir.SBlockRealize):
-        yield from _sblocks(stmt.block)
-    elif isinstance(stmt, s_tir.SBlock):
-        yield stmt
-        yield from _sblocks(stmt.body)
-    elif isinstance(getattr(stmt, "body", None), tirx.Stmt):
-        yield from _sblocks(stmt.body)
+    return [sch.get_sblock(block.name_hint) for block in sblocks(sch.mod["main"].body) if block.init is not None]
 
 
 def _first_reduction_loop(sch, block):
@@ -519,7 +502,7 @@ def _inline_layout_producers(sch, block):
     contraction: the pack then does the transposing. Producers that compute stay
     separate, since the contraction reads each input element many times."""
     for producer in sch.get_producers(block):
-        if _is_data_movement(sch.get(producer)):
+        if moves_data(sch.get(producer)):
             _try(sch.compute_inline, producer)
 
 
@@ -795,13 +778,6 @@ def _is_pointwise_on(sch, block, buffer) -> bool:
 def _same_exprs(a, b) -> bool:
     """Whether two lists of TIR expressions (shapes, or a point's indices) are equal."""
     return len(a) == len(b) and all(tvm_ffi.structural_equal(x, y) for x, y in zip(a, b))
-
-
-def _is_data_movement(block) -> bool:
-    """A block whose body stores a value loaded from one buffer, unchanged."""
-    body = block.body
-    return (isinstance(body, tirx.BufferStore) and isinstance(body.value, tvm.ir.TensorLoad)
-            and block.init is None)
 
 
 def _point_access_vars(region) -> set | None:
