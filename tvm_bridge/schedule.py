@@ -349,16 +349,23 @@ def _tile_matmul(sch, block, axes: MatmulAxes, lanes: int) -> MatmulTiles:
         row_block, row_outer = sch.split(row_outer, [1, None])
     depth_outer, depth_inner = sch.split(depth, [None, panel_depth]) if panel_depth is not None else (None, depth)
     panels = [depth_outer] if depth_outer is not None else []
-    if row_block is not None:  # a block's depth panel of A stays in cache across the column tiles
+    single_block = row_block is not None and _extent(sch, row_block) == 1
+    if row_block is not None and not single_block:  # a block's depth panel of A stays in cache across the column tiles
         sch.reorder(row_block, *panels, column_outer, row_outer, depth_inner, row_inner, column_inner)
         outer_loops = [row_block] if panels else [row_block, column_outer]
+    elif single_block:
+        # all of A is one block (a few rows): each column tile walks the depth panels itself, so one
+        # parallel loop over the column tiles holds the whole product (panels outside it started and
+        # joined the threads once per panel, and once more to zero the output)
+        sch.reorder(row_block, column_outer, *panels, row_outer, depth_inner, row_inner, column_inner)
+        outer_loops = [row_block, column_outer]
     else:
         sch.reorder(column_outer, *panels, row_outer, depth_inner, row_inner, column_inner)
         outer_loops = [column_outer]
     outer_loops = ([batch] if batch is not None else []) + outer_loops
     outer = sch.fuse(*outer_loops) if len(outer_loops) > 1 else outer_loops[0]
     # with depth panels outside them, the column tiles stay a loop of their own, not fused into `outer`
-    inner_columns = column_outer if row_block is not None and panels else None
+    inner_columns = column_outer if row_block is not None and not single_block and panels else None
     # B's panel for one column tile (and depth panel): packed under the inner of the two loops
     pack_at = inner_columns if inner_columns is not None else (depth_outer or outer)
 

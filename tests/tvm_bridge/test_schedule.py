@@ -221,6 +221,18 @@ def test_many_rows_are_cut_into_blocks_that_every_column_tile_reads():
     assert re.search(rf"in T\.parallel\(T\.int64\({column_tiles}\)\)", few_rows.script())  # one block
 
 
+def test_a_few_rows_over_a_long_depth_start_the_threads_once():
+    """(32 x 1024) @ (1024 x 256), an LSTM's adjoint step: two depth panels of 512. One
+    parallel loop over the column tiles, each walking both panels, and the output zeroed
+    inside it (the panels outside the parallel loop started the threads three times a
+    call: to zero, and once a panel)."""
+    lanes = schedule._vector_bits(resolve("llvm").tvm_target) // 32
+    column_tiles = 256 // (schedule.MATMUL_VECTORS_PER_TILE * lanes)
+    (func,) = scheduled_prim_funcs(matmul, f32(32, 1024), f32(1024, 256)).values()
+    assert re.findall(r"in T\.parallel\(T\.int64\((\d+)\)\)", func.script()) == [str(column_tiles)]
+    check_against_interpreter(matmul, f32(32, 1024), f32(1024, 256))
+
+
 def test_transposed_operand_is_read_in_place_by_the_matmul():
     funcs = scheduled_prim_funcs(matmul_b_transposed, f32(32, 512), f32(1024, 512))
     assert rules_applied(funcs) == {"matmul-tiled-packed"} and len(funcs) == 1
