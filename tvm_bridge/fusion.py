@@ -284,7 +284,9 @@ def _copy_reads(reads: _Reads, bindings: list) -> list:
         if not reads.is_read(callee) or reads.op_pattern(callee) > _INJECTIVE or not _static_tensors(binding):
             continue
         using = users.get(binding.var, [])
-        fusable = [index for index in using if reads.op_pattern(_callee(bindings[index])) <= _INJECTIVE]
+        fusable = [index for index in using if reads.op_pattern(_callee(bindings[index])) <= _INJECTIVE
+                   and _is_used(bindings[index].var, users)]  # a dead user (a transpose FuseTransposeMatmul
+        # left behind) gets no copy: FuseOps warns of a group whose results nothing reads
         kept = len(using) > len(fusable) or not isinstance(binding.var, relax.DataflowVar)  # an output stays
         for index in fusable[0 if kept else 1:]:
             copy = relax.DataflowVar(binding.var.name, binding.var.ty)
@@ -301,6 +303,10 @@ def _copy_reads(reads: _Reads, bindings: list) -> list:
         result.append(relax.VarBinding(binding.var, _substitute(binding.value, replace), binding.span)
                       if replace else binding)
     return result
+
+
+def _is_used(var, users: dict) -> bool:
+    return var in users or not isinstance(var, relax.DataflowVar)
 
 
 def _callee(binding) -> relax.GlobalVar | None:

@@ -67,3 +67,20 @@ def test_fused_reads_compute_what_the_interpreter_does(fn, args):
     program = fn if isinstance(fn, egad.Program) else egad.trace(fn, *args)
     compiled = build(program, cache=BuildCache(None))
     assert_trees_close(compiled(*args), egad.interpret(program, *args), 1e-12, program.name)
+
+
+def rnn_loss(xs, h, w, u):
+    def body(i, h):
+        return enp.tanh(h @ w + xs[i] @ u)
+
+    return enp.sum(egad.fori_loop(0, xs.shape[0], body, h) ** 2)
+
+
+def test_a_dead_transpose_of_a_row_gets_no_copy_of_its_own(capfd):
+    """The adjoint's transposes of taped rows that FuseTransposeMatmul leaves unread got
+    copies of the row, and FuseOps warned of dead code for each group they made."""
+    args = (XS, H, W, RNG.standard_normal((8, 8)))
+    gradient = egad.value_and_grad(egad.trace(rnn_loss, *args), wrt=(2, 3))
+    compiled = build(gradient, cache=BuildCache(None))
+    assert "dead codes" not in capfd.readouterr().err
+    assert_trees_close(compiled(*args), egad.interpret(gradient, *args), 1e-12, "rnn gradient")
