@@ -283,10 +283,10 @@ def _copy_reads(reads: _Reads, bindings: list) -> list:
         callee = _callee(binding)
         if not reads.is_read(callee) or reads.op_pattern(callee) > _INJECTIVE or not _static_tensors(binding):
             continue
-        using = users.get(binding.var, [])
-        fusable = [index for index in using if reads.op_pattern(_callee(bindings[index])) <= _INJECTIVE
-                   and _is_used(bindings[index].var, users)]  # a dead user (a transpose FuseTransposeMatmul
-        # left behind) gets no copy: FuseOps warns of a group whose results nothing reads
+        # a dead user (a transpose FuseTransposeMatmul left behind) gets no copy: FuseOps warns of a group
+        # whose results nothing reads
+        using = [index for index in users.get(binding.var, []) if _is_used(bindings[index].var, users)]
+        fusable = [index for index in using if reads.op_pattern(_callee(bindings[index])) <= _INJECTIVE]
         kept = len(using) > len(fusable) or not isinstance(binding.var, relax.DataflowVar)  # an output stays
         for index in fusable[0 if kept else 1:]:
             copy = relax.DataflowVar(binding.var.name, binding.var.ty)
