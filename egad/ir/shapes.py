@@ -214,9 +214,24 @@ def slice_dim(dim: Dim, start, stop, step) -> Dim:
         if shorter:  # T-1 sliced again: max(max(T-1, 0) - 1, 0) = max(T-2, 0)
             dim, dropped = shorter[0], dropped + shorter[1]
         return dim if dropped == 0 else f"{dim}-{dropped}"
+    first = _first_elements(start, stop, step)
+    if first is not None:  # [:k], [0:k] and [-k:] are all min(T, k) long: one name, so they broadcast
+        return f"{dim}[:{first}]"
     text = lambda v: "" if v is None else str(v)  # noqa: E731
     suffix = f":{step}" if step not in (None, 1) else ""
     return f"{dim}[{text(start)}:{text(stop)}{suffix}]"
+
+
+def _first_elements(start, stop, step) -> int | None:
+    """k when `[start:stop:step]` keeps min(T, k) elements of an axis of any length T:
+    the first k (`[:k]`, `[0:k]`) or the last k (`[-k:]`)."""
+    if step not in (None, 1):
+        return None
+    if start in (None, 0) and stop is not None and stop > 0:
+        return stop
+    if start is not None and start < 0 and stop is None:
+        return -start
+    return None
 
 
 def product_of_static(shape) -> int:

@@ -222,3 +222,31 @@ def test_a_symbolic_length_beside_a_static_one_is_refused_with_a_fitting_hint():
     with pytest.raises(egad.ShapeError, match="T is a length known only at run time, so it broadcasts with 5 only "
                                               "where it is 5 or 1"):
         egad.trace(lambda v, w: v + w, egad.Spec(("T",), "float64"), egad.Spec((5,), "float64"))
+
+
+def test_the_first_and_the_last_k_rows_broadcast_together():
+    """`x[:k]`, `x[0:k]` and `x[-k:]` are all min(T, k) long: one dim, so their product
+    traces (it was refused: 'T[:1]' and 'T[-1:]' could not be proven equal), compiles,
+    and its gradient is right for T below and above k. Found by fuzzing."""
+    def ends(x):
+        return x[:1] * x[-1:] + x[0:1]
+
+    def loss(x):
+        return enp.sum(enp.sin(x[:2] * x[-2:]) * 3.0)
+
+    program = egad.trace(ends, egad.Spec(("T", 3), "float64"))
+    gradient = egad.value_and_grad(egad.trace(loss, egad.Spec(("T", 3), "float64")))
+    compiled, compiled_gradient = build(program, cache=BuildCache(None)), build(gradient, cache=BuildCache(None))
+    for length in (0, 1, 2, 5):
+        x = np.arange(length * 3.0).reshape(length, 3) + 1
+        np.testing.assert_array_equal(compiled(x), x[:1] * x[-1:] + x[0:1])
+        value, (grad,) = compiled_gradient(x)
+        assert_trees_close((value, (grad,)), egad.interpret(gradient, x), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(value, np.sum(np.sin(x[:2] * x[-2:]) * 3.0))
+        eps, numeric = 1e-6, np.zeros_like(x)
+        for index in np.ndindex(x.shape):
+            up, down = x.copy(), x.copy()
+            up[index] += eps
+            down[index] -= eps
+            numeric[index] = (np.sum(np.sin(up[:2] * up[-2:])) - np.sum(np.sin(down[:2] * down[-2:]))) * 3.0 / (2 * eps)
+        np.testing.assert_allclose(grad, numeric, atol=1e-6)
