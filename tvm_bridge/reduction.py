@@ -1,4 +1,4 @@
-"""Lowering of reductions, and of any op's reduction over a statically empty axis.
+"""Lowering of reductions (and cumsum), and of any op's reduction over a statically empty axis.
 
 max, min and argmax have no value over nothing: the interpreter raises (numpy's
 "zero-size array to reduction operation maximum"), and TVM's reduction would return
@@ -16,7 +16,7 @@ from egad.ir.types import FLOAT_DTYPES
 
 from .creation import filled
 from .host_checks import NO_IDENTITY, check_not_empty
-from .registry import lowers
+from .registry import FunctionScope, lowers, symbol_var
 
 R = relax.op
 _REDUCE = {"reduce_sum": R.sum, "reduce_mean": R.mean, "reduce_max": R.max, "reduce_min": R.min}
@@ -103,6 +103,60 @@ def _argmax_first(x, axis: int):
     out_shape = [d for n, d in enumerate(x.shape) if n != axis]
     # both outputs: a value buffer kept inside the function is a global allocation, which CUDA refuses
     return list(te.compute(out_shape, lambda *o: first_max((tirx.Cast("int64", k), x(*at(o))), axis=k), name="argmax"))
+
+
+@lowers("cumsum")
+def _cumsum(bb, args, attrs, binding):
+    x, axis, reverse = args[0], attrs["axis"], attrs["reverse"]
+    dtype, length = binding.outputs[0].type.dtype, binding.inputs[0].type.shape[axis]
+    if 0 in binding.inputs[0].type.shape:
+        # nothing to sum: the empty operand is the result. TVM's scan would divide by its
+        # static 0 (a row's stride) where built, and write past an empty axis (see below)
+        return x
+    if isinstance(length, int):
+        if not reverse:
+            return R.cumsum(x, axis=axis, dtype=dtype)
+        # TVM's cumsum has no direction: the axis is flipped around it
+        sums = bb.emit(R.cumsum(bb.emit(R.flip(x, axis=axis)), axis=axis, dtype=dtype))
+        return R.flip(sums, axis=axis)
+    # TVM's scan (topi.cumsum) writes each row's first element before its loop over the
+    # rest: over an axis empty at run time it writes past the end of its output (heap
+    # corruption, seen as a malloc abort later). A zero in front of each row makes every
+    # row at least one long, and dropping it again gives numpy's sums, reversed in the
+    # same two kernels where `reverse` asks
+    size = symbol_var(FunctionScope.symbols, length)
+    padded = bb.emit_te(_zero_in_front, x, axis, reverse, primfunc_name_hint="cumsum_pad")
+    sums = bb.emit(R.cumsum(padded, axis=axis, dtype=dtype))
+    return bb.emit_te(_zero_dropped, sums, axis, reverse, size, primfunc_name_hint="cumsum_unpad")
+
+
+def _zero_in_front(x, axis: int, reverse: bool):
+    """x along `axis` (reversed where `reverse`) after one zero: p[0] = -0, p[k] = x[k - 1]
+    (x[n - k] reversed)."""
+    size = x.shape[axis]
+    shape = [*x.shape[:axis], size + 1, *x.shape[axis + 1:]]
+
+    def at(*position):
+        k = position[axis]
+        source = [*position[:axis], size - k if reverse else k - 1, *position[axis + 1:]]
+        # if_then_else, not Select: Select reads both sides, and x[-1] is out of bounds.
+        # -0.0, not 0.0, is the float sum's identity: 0.0 + -0.0 is 0.0, and numpy's sums keep -0.0
+        zero = tirx.const(-0.0 if x.dtype in FLOAT_DTYPES else 0, x.dtype)
+        return tirx.if_then_else(k == 0, zero, x(*source))
+
+    return te.compute(shape, at, name="zero_in_front")
+
+
+def _zero_dropped(sums, axis: int, reverse: bool, size):
+    """The running sums of x from those of its padded rows (`_zero_in_front`): s[k + 1],
+    or s[n - k] reversed (the sum of x[k:] is that of the first n - k flipped elements)."""
+    shape = [*sums.shape[:axis], size, *sums.shape[axis + 1:]]
+
+    def at(*position):
+        k = position[axis]
+        return sums(*position[:axis], size - k if reverse else k + 1, *position[axis + 1:])
+
+    return te.compute(shape, at, name="zero_dropped")
 
 
 def empty_reduction(args, binding):

@@ -56,6 +56,11 @@ class AdjointMath:
 
         return nn.one_hot(index, depth, dtype=dtype)
 
+    def cumsum_along(self, g, axis: int, reverse: bool):
+        """The running sums of g along `axis`, from its last element when `reverse`
+        (egad.numpy's cumsum has numpy's signature, which has no direction)."""
+        return apply1("cumsum", [g], {"axis": axis, "reverse": reverse})
+
     def unsupported(self, what: str):
         where = f"op {self.binding.op!r} at {self.binding.loc.long()}" if self.binding is not None else None
         raise UnsupportedError(message(f"{what} is not supported", where=where,

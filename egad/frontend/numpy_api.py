@@ -435,6 +435,22 @@ def argmax(a, axis=None, keepdims=False):
     return expand_dims(index, shapes.normalize_axis(axis, rank))
 
 
+def cumsum(a, axis=None, dtype=None):
+    """numpy's cumsum: running sums along `axis` (of the flattened array when axis is
+    None), bool and int32 summed in int64 as numpy on 64-bit Linux.
+
+        enp.cumsum(x, axis=-1)  # x = [[1, 2, 3]] -> [[1, 3, 6]]
+    """
+    source, _ = dtype_of(a)
+    target = _dtype_name(dtype) if dtype is not None else ("int64" if source in ("bool", "int32") else source)
+    if axis is None or _rank(a) == 0:  # numpy's cumsum of a 0-d array is that of a 1-d one (axis 0 or -1)
+        a = reshape(a, (-1,))
+    axis = shapes.normalize_axis(0 if axis is None else axis, _rank(a))
+    if target == "bool":  # numpy accumulates bools as logical or: any of the prefix
+        return not_equal(cumsum(_as_bool(a), axis=axis, dtype="int64"), 0)
+    return apply1("cumsum", [cast_to(a, target)], {"axis": axis, "reverse": False})
+
+
 # --- shapes ----------------------------------------------------------------------------
 
 def dim_size(x, axis: int):

@@ -240,6 +240,10 @@ class Tracer:
         from . import numpy_api as n
         return n.argmax(self, axis=axis, keepdims=keepdims)
 
+    def cumsum(self, axis=None, dtype=None):
+        from . import numpy_api as n
+        return n.cumsum(self, axis=axis, dtype=dtype)
+
     def take(self, indices, axis=None):
         from . import numpy_api as n
         return n.take(self, indices, axis=axis)

@@ -702,6 +702,35 @@ define(OpDef("argmax", "index of the max along attrs.axis", "reduction",
              _argmax_rule, 1, differentiable=False))
 
 
+def _cumsum_rule(types, attrs):
+    (x,) = types
+    axis = attrs["axis"]
+    _require(_dtype_allowed("num", x.dtype), f"cumsum needs a num operand, got {x}")
+    _require(isinstance(axis, int) and 0 <= axis < x.ndim, f"cumsum axis {axis} out of range for {x}")
+    _require(isinstance(attrs["reverse"], bool), f"cumsum's reverse must be a bool, got {attrs['reverse']!r}")
+    return [TensorType(x.shape, x.dtype)]
+
+
+def _cumsum(inputs, attrs):
+    x, axis = inputs[0], attrs["axis"]
+    if not attrs["reverse"]:
+        return (np.cumsum(x, axis=axis, dtype=x.dtype),)
+    # from the last element: the running sums of x flipped, flipped back (a copy, not a view)
+    return (np.flip(np.cumsum(np.flip(x, axis), axis=axis, dtype=x.dtype), axis).copy(),)
+
+
+# cumsum: running sums in x's own dtype (the front end widens bool and int32 to int64, as numpy).
+define(OpDef("cumsum", "running sums along attrs.axis, from the last element when attrs.reverse", "reduction",
+             _cumsum, _cumsum_rule, 1))
+
+
+@vjp("cumsum")
+def _cumsum_vjp(ad, ins, outs, cts, attrs):
+    """y_j = Σ_{i≤j} x_i;  dx_i = Σ_{j≥i} g_j: cumsum(g) from the other end (not Σ g - prefix,
+    which cancels catastrophically where the late g are small beside the early ones)"""
+    return [ad.cumsum_along(cts[0], attrs["axis"], reverse=not attrs["reverse"])]
+
+
 # --- neural-net primitives (fused for stability and for the lowering) ---------------
 
 def _float_same_rule(name: str) -> ShapeRule:

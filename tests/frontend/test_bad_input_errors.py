@@ -114,7 +114,8 @@ def test_switch_with_no_branches_is_refused():
     lambda a: enp.concatenate([a, a], axis=None),
     lambda a: enp.sum(a, axis=1.0),
     lambda a: enp.sum(a, axis=(0, "1")),
-], ids=["softmax-tuple", "concatenate-None", "sum-float", "sum-str-in-tuple"])
+    lambda a: enp.cumsum(a, axis=(0, 1)),
+], ids=["softmax-tuple", "concatenate-None", "sum-float", "sum-str-in-tuple", "cumsum-tuple"])
 def test_an_axis_that_is_not_an_int_is_refused(call):
     with pytest.raises(egad.ArgumentError, match="axis must be an int, got"):
         egad.trace(call, W)
@@ -130,6 +131,14 @@ def test_an_axis_out_of_range_names_the_line_and_the_valid_axes():
     with pytest.raises(egad.ShapeError, match="axis 2 is out of range for an array of rank 2") as info:
         egad.trace(lambda a: enp.sum(a, axis=2), W)  # at: axis-range
     assert names_the_line(info, "axis-range"), info.value
+    assert "from -2 to 1" in str(info.value)
+
+
+@pytest.mark.parametrize("axis", [2, -3])
+def test_a_cumsum_axis_out_of_range_names_the_line_and_the_valid_axes(axis):
+    with pytest.raises(egad.ShapeError, match=f"axis {axis} is out of range for an array of rank 2") as info:
+        egad.trace(lambda a: enp.cumsum(a, axis=axis), W)  # at: cumsum-axis-range
+    assert names_the_line(info, "cumsum-axis-range"), info.value
     assert "from -2 to 1" in str(info.value)
 
 

@@ -34,6 +34,7 @@ from hypothesis.extra import numpy as hnp
 import egad
 import egad.nn as enn
 import egad.numpy as enp
+from egad.frontend.primitives import apply1
 from tests.ad.gradcheck import assert_gradients_match
 
 # EGAD_SEMANTICS_EXAMPLES=300 runs a thorough sweep; the default keeps the file fast.
@@ -694,6 +695,89 @@ def test_argmax_first_occurrence_on_ties(form, data):
 def test_argmax_keepdims(x, data):
     axis = data.draw(st.integers(-x.ndim, x.ndim - 1))
     check_or_refuse(lambda xp, x: xp.argmax(x, axis=axis, keepdims=True), x)
+
+
+# numpy's cumsum of a 0-d array is 1-d, whatever the axis; shapes with a 0 have empty axes
+CUMSUM_SHAPES = hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=4)
+
+
+@pytest.mark.parametrize("form", ["function", "method"])
+@SETTINGS
+@given(data=st.data())
+def test_cumsum(form, data):
+    """Several axes (negative too), axis=None (flattened), every dtype (bool and int32
+    accumulate in int64, as numpy), and an explicit dtype (bool: a running logical or)."""
+    x = data.draw(array(st.sampled_from(ALL_DTYPES), CUMSUM_SHAPES, lambda d: elements(d, -2, 2)), label="x")
+    axis = data.draw(st.none() | st.integers(-max(x.ndim, 1), max(x.ndim, 1) - 1), label="axis")
+    dtype = data.draw(st.none() | st.sampled_from(ALL_DTYPES), label="dtype")
+    if form == "function":
+        fn = lambda xp, x: xp.cumsum(x, axis=axis, dtype=dtype)
+    else:
+        fn = lambda xp, x: x.cumsum(axis=axis, dtype=dtype)
+    with np.errstate(invalid="ignore"):  # numpy's warning for a float cast to int is not under test
+        check(fn, x, reduction=True)
+
+
+def test_cumsum_of_a_0d_array_is_1d_for_axis_0_and_minus_1():
+    for axis in (None, 0, -1):
+        program = check(lambda xp, x: xp.cumsum(x, axis=axis), np.float32(1.5))
+        assert program.result_types[0].shape == (1,)
+
+
+def test_cumsum_sums_left_to_right_in_the_widened_dtype_as_numpy():
+    """[1e16, 1, 1] sums to 1e16 at every step (each + 1 rounds away; a pairwise sum would
+    reach 1e16 + 2), and int32 entries near the limit do not wrap (summed in int64)."""
+    for x in (np.array([1e16, 1.0, 1.0]), np.array([2**31 - 1, 2**31 - 1], np.int32)):
+        got = egad.interpret(egad.trace(enp.cumsum, x), x)
+        assert got.dtype == np.cumsum(x).dtype
+        np.testing.assert_array_equal(got, np.cumsum(x))
+
+
+@pytest.mark.parametrize("axis", [None, 0, 1, -1])
+def test_cumsum_gradient_matches_finite_differences(axis):
+    x = np.random.default_rng(7).standard_normal((3, 4))
+    weights = np.random.default_rng(8).standard_normal(x.size if axis is None else x.shape)
+    assert_gradients_match(lambda x: enp.sum(enp.tanh(enp.cumsum(x, axis=axis)) * weights), [x], [0],
+                           context=f"axis={axis}")
+
+
+def reversed_cumsum(x, axis: int):
+    """The IR's cumsum from the last element (egad.numpy's cumsum has numpy's signature)."""
+    return apply1("cumsum", [x], {"axis": axis, "reverse": True})
+
+
+@pytest.mark.parametrize("dtype", ["float64", "int32"])
+@pytest.mark.parametrize("axis", [0, 1])
+def test_reversed_cumsum_is_the_running_sum_from_the_end(axis, dtype):
+    x = np.arange(1, 7, dtype=dtype).reshape(2, 3) ** 2
+    program = egad.trace(lambda x: reversed_cumsum(x, axis), x)
+    np.testing.assert_array_equal(egad.interpret(program, x), np.flip(np.cumsum(np.flip(x, axis), axis), axis))
+    assert egad.interpret(program, x).dtype == x.dtype
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_reversed_cumsum_gradient_matches_finite_differences(axis):
+    x = np.random.default_rng(9).standard_normal((2, 5))
+    weights = np.random.default_rng(10).standard_normal(x.shape)
+    assert_gradients_match(lambda x: enp.sum(enp.sin(reversed_cumsum(x, axis)) * weights), [x], [0])
+
+
+def test_cumsum_gradient_is_the_running_sum_from_the_end_without_cancellation():
+    """dx_i = sum_{j >= i} g_j, summed from the end: Σg - (prefix sums of g) would give
+    (1e16 + 2) - (1e16 + 1) = 2 for the last entry (1e16 + 1 rounds to 1e16)."""
+    x = np.zeros(3)
+    weights = np.array([1e16, 1.0, 1.0])
+    gradient = egad.grad(egad.trace(lambda x: enp.sum(enp.cumsum(x) * weights), x))
+    (dx,) = egad.interpret(gradient, x)
+    np.testing.assert_array_equal(dx, [1e16 + 2, 2.0, 1.0])
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64", "bool"])
+def test_cumsum_of_integers_carries_no_gradient(dtype):
+    x = np.array([0.5, 1.5, 2.5])
+    program = egad.trace(lambda x: enp.sum(x * enp.cumsum(x.astype(dtype))), x)
+    (dx,) = egad.interpret(egad.grad(program), x)
+    np.testing.assert_array_equal(dx, np.cumsum(x.astype(dtype)).astype(float))
 
 
 # ----------------------------------------------------------------------------- shape ops
