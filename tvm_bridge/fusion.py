@@ -40,7 +40,9 @@ def legalize_and_fuse(target, backend=cpu_generic) -> list:
         if pass_.info.name not in ("FoldConstant", "ApplyDefaultSchedule"):
             passes.append(pass_)
         if pass_.info.name == "AnnotateTIROpPattern":
-            passes.append(read_where_used)
+            # unread bindings (a traced program is not pruned; FuseTransposeMatmul leaves
+            # transposes behind) go first: FuseOps warns of each fused group nothing reads
+            passes += [relax.transform.DeadCodeElimination(), read_where_used]
         if pass_.info.name == "FuseOps" and limit is not None:
             passes.append(limit_kernel_buffers(int(limit)))
     return passes
@@ -283,9 +285,7 @@ def _copy_reads(reads: _Reads, bindings: list) -> list:
         callee = _callee(binding)
         if not reads.is_read(callee) or reads.op_pattern(callee) > _INJECTIVE or not _static_tensors(binding):
             continue
-        # a dead user (a transpose FuseTransposeMatmul left behind) gets no copy: FuseOps warns of a group
-        # whose results nothing reads
-        using = [index for index in users.get(binding.var, []) if _is_used(bindings[index].var, users)]
+        using = users.get(binding.var, [])
         fusable = [index for index in using if reads.op_pattern(_callee(bindings[index])) <= _INJECTIVE]
         kept = len(using) > len(fusable) or not isinstance(binding.var, relax.DataflowVar)  # an output stays
         for index in fusable[0 if kept else 1:]:
@@ -303,10 +303,6 @@ def _copy_reads(reads: _Reads, bindings: list) -> list:
         result.append(relax.VarBinding(binding.var, _substitute(binding.value, replace), binding.span)
                       if replace else binding)
     return result
-
-
-def _is_used(var, users: dict) -> bool:
-    return var in users or not isinstance(var, relax.DataflowVar)
 
 
 def _callee(binding) -> relax.GlobalVar | None:
