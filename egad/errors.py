@@ -83,6 +83,11 @@ class VerifyError(EgadError):
     """The IR verifier found an ill-formed program (a bug in a transformation, not user input)."""
 
 
+# What to do about an index out of range, interpreted or compiled.
+INDEX_OUT_OF_RANGE_HINT = ("keep traced indices in range (e.g. enp.clip(i, 0, n - 1)) or check the loop bounds; "
+                           "a window x[t:t + k] must lie inside the axis (0 <= t <= n - k)")
+
+
 def message(what: str, where: str | None = None, instead: str | None = None) -> str:
     """Format an error message: what went wrong, where, and what to do instead."""
     text = what

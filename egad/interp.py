@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import ArgumentError, EgadError, IndexOutOfRangeError, ShapeError, message
+from .errors import INDEX_OUT_OF_RANGE_HINT, ArgumentError, EgadError, IndexOutOfRangeError, ShapeError, message
 from .ir import ops
 from .ir.program import Binding, Program, Region
 from .ir.types import DTYPES, TensorType, bind_dims, canonical_dtype
@@ -203,7 +203,7 @@ def _run_op(binding: Binding, inputs: list[np.ndarray]) -> list[np.ndarray]:
     except IndexError as error:
         raise IndexOutOfRangeError(message(
             f"{binding.op}: {error}", where=f"op {binding.op!r} at {binding.loc.long()}",
-            instead="keep traced indices in range (e.g. enp.clip(i, 0, n - 1)) or check the loop bounds")) from None
+            instead=INDEX_OUT_OF_RANGE_HINT)) from None
     except (ValueError, ShapeError) as error:
         raise ShapeError(message(f"{binding.op}: {error}", where=f"op {binding.op!r} at {binding.loc.long()}")) from None
 

@@ -25,7 +25,7 @@ import tvm
 from tvm import relax
 from tvm.script import tirx as T
 
-from egad.errors import IndexOutOfRangeError, message
+from egad.errors import INDEX_OUT_OF_RANGE_HINT, IndexOutOfRangeError, message
 from egad.ir.index_ranges import index_sites
 from egad.ir.program import Program
 
@@ -46,7 +46,7 @@ def out_of_range_error(program: Program, found: tuple[int, int, int]) -> IndexOu
     op, where = site_of(index_sites(program), site, "index")
     return IndexOutOfRangeError(message(
         f"{op}: index {index} is out of range for an axis of size {size}", where=where,
-        instead="keep traced indices in range (e.g. enp.clip(i, 0, n - 1)) or check the loop bounds"))
+        instead=INDEX_OUT_OF_RANGE_HINT))
 
 
 def site_of(sites: list, site: int, unknown: str) -> tuple[str, str]:

@@ -158,6 +158,35 @@ def _whole(value) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
+def _affine_form(value) -> tuple | None:
+    """(base, scale, offset) with value = scale * base + offset, for an int scalar: a
+    Python int is (None, 0, value), a traced one its recorded form or (itself, 1, 0)."""
+    if _whole(value):
+        return None, 0, int(value)
+    if is_tracer(value) and value.type.ndim == 0 and is_int(value.type.dtype):
+        return value._affine or (value, 1, 0)
+    return None
+
+
+def _affine_combination(op_name: str, a, b) -> tuple | None:
+    """The affine form of `a op b` (op add, sub or mul), when it has one over a single
+    traced base; None otherwise (t * u, t + u of two bases)."""
+    forms = _affine_form(a), _affine_form(b)
+    if None in forms:
+        return None
+    (base_a, scale_a, offset_a), (base_b, scale_b, offset_b) = forms
+    if op_name == "mul":
+        if base_a is not None and base_b is not None:
+            return None
+        (base, scale, offset), factor = (forms[0], offset_b) if base_b is None else (forms[1], offset_a)
+        return (base, scale * factor, offset * factor) if base is not None else None
+    if base_a is not None and base_b is not None and base_a is not base_b:
+        return None
+    sign = 1 if op_name == "add" else -1
+    base = base_a if base_a is not None else base_b
+    return (base, scale_a + sign * scale_b, offset_a + sign * offset_b) if base is not None else None
+
+
 def _size_sum_symbol(a, b) -> str | None:
     """The dim a sum of sizes is (`x.shape[0] + 2` is `T+2`, as long as
     enp.concatenate([x, two]) is), so that enp.zeros(x.shape[0] + 2) has that dim; None
@@ -197,6 +226,8 @@ def _binary(op_name: str, numpy_name: str, *, bool_op: str | None = None, float_
             result._symbol = _size_sum_symbol(a, b)
         if op_name == "sub" and is_tracer(result) and is_tracer(a) and a._symbol and _whole(b) and b >= 0:
             result._less = (a._symbol, int(b))
+        if op_name in ("add", "sub", "mul") and is_tracer(result) and result.type.ndim == 0 and is_int(dtype):
+            result._affine = _affine_combination(op_name, a, b)
         return result
 
     fn.__name__ = numpy_name
@@ -732,18 +763,21 @@ def getitem(x, index):
             expanded.append(entry)
     expanded.extend([slice(None)] * (rank - builtins.sum(1 for i in expanded if i is not None)))
 
-    # 1. Static slices, all in one `slice` op.
+    # 1. Static slices, all in one `slice` op; windows of traced bounds a static length
+    #    apart (x[t:t + k]) after it, as takes of k rows.
     type_shape = _shape_of(x)
-    slices, axis = [], 0
+    slices, windows, axis = [], [], 0
     for entry in expanded:
         if entry is None:
             continue
+        if isinstance(entry, slice) and builtins.any(is_tracer(bound) for bound in (entry.start, entry.stop, entry.step)):
+            start, length = _window(entry)
+            slices.append((0, 0, None) if length == 0 else (None, None, None))  # x[t:t] is empty for any t
+            if length:
+                windows.append((axis, start, length))
+            axis += 1
+            continue
         if isinstance(entry, slice):
-            for bound in (entry.start, entry.stop, entry.step):
-                if is_tracer(bound):
-                    raise UnsupportedError(message(
-                        "slicing with traced bounds gives a data-dependent shape", where=user_location().long(),
-                        instead="index a single row with a traced int (x[i]), or use enp.take"))
             if entry.step == 0:
                 raise ShapeError(message("slice step cannot be zero", where=user_location().long()))
             bounds = (entry.start, entry.stop, entry.step)
@@ -754,6 +788,8 @@ def getitem(x, index):
         axis += 1
     if builtins.any(s != (None, None, None) for s in slices):
         x = apply1("slice", [x], {"index": tuple(slices)})
+    for axis, start, length in windows:
+        x = _window_rows(x, axis, start, length)
 
     # 2. Integer indices (static, traced, arrays) as takes, last axis first so the
     #    positions of earlier axes stay valid.
@@ -796,6 +832,32 @@ def getitem(x, index):
         moved = list(range(at, at + _rank(array)))
         x = transpose(x, moved + [k for k in range(_rank(x)) if k not in moved])
     return x
+
+
+def _window(entry: slice) -> tuple:
+    """(start, k) for a slice whose traced bounds are k >= 0 apart, `x[t:t + k]` or
+    `x[k * t:k * (t + 1)]` (both affine in one traced int, with one scale); refused
+    otherwise: its length would depend on the data."""
+    start_form, stop_form = _affine_form(entry.start), _affine_form(entry.stop)
+    if entry.step in (None, 1) and start_form and stop_form and start_form[0] is not None \
+            and start_form[0] is stop_form[0] and start_form[1] == stop_form[1] and stop_form[2] >= start_form[2]:
+        # (x[t:t - 2] is not empty in numpy where t - 2 wraps around: x[1:-1])
+        return entry.start, stop_form[2] - start_form[2]
+    raise UnsupportedError(message(
+        "slicing with traced bounds gives a data-dependent shape unless the bounds are a static length apart",
+        where=user_location().long(),
+        instead="write a window as x[t:t + k] (k a Python int), index a single row with x[i], or use enp.take"))
+
+
+def _window_rows(x, axis: int, start, length: int):
+    """x[start:start + length] along `axis`: a take of rows start, ..., start + length - 1.
+    Only a window inside the axis is numpy's slice of that length, so one that is not
+    raises as an index out of range does (a take of the axis' size where the start is
+    negative, which take would wrap where numpy's slice is shorter or empty)."""
+    rows = add(np.arange(length, dtype="int64"), cast_to(start, "int64"))
+    size = shape(x)[axis]
+    index = where(greater_equal(start, 0), rows, size if is_tracer(size) else np.int64(size))
+    return apply1("take", [x, index], {"axis": axis})
 
 
 def _take_index(x, entry, axis: int, original_shape):

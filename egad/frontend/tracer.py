@@ -14,7 +14,7 @@ from ..source import user_location
 
 
 class Tracer:
-    __slots__ = ("_builder", "_var", "_dim_cache", "_symbol", "_less")
+    __slots__ = ("_builder", "_var", "_dim_cache", "_symbol", "_less", "_affine")
     # Tell numpy to route `ndarray op tracer` through our __array_ufunc__ (below).
 
     def __init__(self, builder, var, symbol: str | None = None):
@@ -27,6 +27,10 @@ class Tracer:
         # For `x.shape[k] - c` (c >= 0 a Python int): (the symbol, c), so that
         # enp.arange(T - c) is as long as x[c:] (both max(T - c, 0)).
         self._less: tuple[str, int] | None = None
+        # For an int scalar computed as `scale * base + offset` (base a traced int scalar,
+        # scale and offset Python ints): (base, scale, offset), so that x[t:t + 2] and
+        # x[2 * t:2 * (t + 1)] are known to be 2 long (numpy_api.py `_window`).
+        self._affine: tuple["Tracer", int, int] | None = None
 
     # --- what the value looks like -----------------------------------------------
     @property
