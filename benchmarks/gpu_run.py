@@ -130,7 +130,10 @@ def run(directory: str | os.PathLike, rounds: int = ROUNDS, runtime_path: str | 
 def _open(directory, runtime_path: str | None = None):
     """(tvm, egad's runtime module, the manifest, the device) for the libraries `export`
     wrote to `directory`, with TVM's runtime alone where TVM's compiler is not loaded yet."""
-    os.environ.setdefault("TVM_USE_RUNTIME_LIB", "1")  # the compiler is not needed (nor, there, installed)
+    if "tvm" not in sys.modules:  # the compiler is not needed (nor, there, installed)
+        # set only where it decides TVM's import: within pytest (TVM imported) it would leak into
+        # every subprocess started later, whose TVM then loaded without its compiler
+        os.environ.setdefault("TVM_USE_RUNTIME_LIB", "1")
     import tvm
     import tvm.runtime.vm  # noqa: F401 - tvm.runtime does not import it
 

@@ -52,7 +52,8 @@ def test_run_with_tvm_runtime_alone_checks_and_times_both_builds(exported, tmp_p
     assert max(row["relative error"].values()) <= gpu_run.RTOL
 
 
-def test_run_refuses_results_that_differ(exported, tmp_path):
+def test_run_refuses_results_that_differ(exported, tmp_path, monkeypatch):
+    monkeypatch.delenv("TVM_USE_RUNTIME_LIB", raising=False)
     manifest = json.loads((exported / "manifest.json").read_text())
     (entry,) = manifest["workloads"]
     wrong = tmp_path / "wrong"
@@ -64,6 +65,8 @@ def test_run_refuses_results_that_differ(exported, tmp_path):
     np.savez(wrong / entry["expected"], *expected)
     with pytest.raises(AssertionError, match="differ from the CPU's rules=\\(\\) build"):
         gpu_run.run(wrong, rounds=1)
+    # TVM was imported with its compiler here: run set nothing that later subprocesses inherit
+    assert "TVM_USE_RUNTIME_LIB" not in os.environ
     # the builds in this process still call back into egad's own runtime module
     assert gpu_run._load_callbacks() is runtime
     assert tvm_ffi.get_global_func("egad.tape_alloc") is not None
