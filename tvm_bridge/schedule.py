@@ -539,15 +539,17 @@ def schedule_reduction(sch: s_tir.Schedule, lanes_of: "VectorLanes") -> bool:
     if len(injective) == len(blocks):
         return False
     _inline_injective(sch, injective)
-    for block in _blocks_at_root(sch):
+    roots = _blocks_at_root(sch)
+    alone = sum(not _is_injective_block(sch, block) for block in roots) == 1
+    for block in roots:
         if _is_injective_block(sch, block):
             _parallel_vectorize(sch, block, lanes_of)
         else:
-            _schedule_reduction_block(sch, block, lanes_of)
+            _schedule_reduction_block(sch, block, lanes_of, alone)
     return True
 
 
-def _schedule_reduction_block(sch, block, lanes_of):
+def _schedule_reduction_block(sch, block, lanes_of, alone: bool = False):
     """Spatial loops outside, reduction loops inside. When the input's innermost axis
     is spatial (a sum over rows), that axis goes innermost, below the reduction, and
     is vectorized: each vector lane accumulates its own column."""
@@ -565,10 +567,11 @@ def _schedule_reduction_block(sch, block, lanes_of):
     lanes = lanes_of(sch.get(block).writes[0].source.dtype)
     outer_spatial = [it.loop_rv for it in spatial if it is not vector_axis]
     reduced_loops = [it.loop_rv for it in reduced]
-    # (not for a reduction to one value: TVM's rfactor fails an internal check on it
-    # when the function holds a second reduction)
+    # a reduction to one value (a loss) only when it is the function's one reduction: TVM's
+    # rfactor fails an internal check on it when the function holds a second. Serial, its
+    # adds wait on each other: a sum of 32 x 256 products took 7.5 us
     several_outputs = any(not (isinstance(it.dom, int) and it.dom == 1) for it in spatial)
-    if vector_axis is None and several_outputs and _reduces_contiguously(sch, block, reduced, lanes):
+    if vector_axis is None and (several_outputs or alone) and _reduces_contiguously(sch, block, reduced, lanes):
         _reduce_in_vector_lanes(sch, block, outer_spatial, reduced_loops, lanes)
         return
     if vector_axis is not None and vector_axis.dom >= 2:
@@ -608,14 +611,15 @@ def _reduce_in_vector_lanes(sch, block, outer_spatial, reduced_loops, lanes: int
     _, lane = sch.split(reduced_loops[-1], [None, lanes])
     partial = sch.rfactor(lane, factor_axis=len(sch.get(block).writes[0].region))
     depth = len(outer_spatial)
-    # the partials' reduction per output, under the same outer loops
-    sch.reverse_compute_at(block, sch.get_loops(partial)[depth - 1], preserve_unit_loops=True)
-    fused = _fuse(sch, sch.get_loops(partial)[:depth])
-    if _worth_parallel(_product([_extent(sch, loop) for loop in sch.get_loops(partial)])):
-        sch.parallel(fused)  # before decompose_reduction: parallel wants complete blocks
+    if depth:  # the partials' reduction per output, under the same outer loops, fused into one
+        sch.reverse_compute_at(block, sch.get_loops(partial)[depth - 1], preserve_unit_loops=True)
+        fused = _fuse(sch, sch.get_loops(partial)[:depth])
+        if _worth_parallel(_product([_extent(sch, loop) for loop in sch.get_loops(partial)])):
+            sch.parallel(fused)  # before decompose_reduction: parallel wants complete blocks
     sch.vectorize(sch.get_loops(partial)[-1])
-    sch.decompose_reduction(partial, sch.get_loops(partial)[1])
-    sch.decompose_reduction(block, sch.get_loops(block)[1])
+    first_reduced = 1 if depth else 0
+    sch.decompose_reduction(partial, sch.get_loops(partial)[first_reduced])
+    sch.decompose_reduction(block, sch.get_loops(block)[first_reduced])
 
 
 def _contiguous_spatial_axis(sch, block, spatial):

@@ -467,6 +467,24 @@ def test_a_sum_along_the_contiguous_axis_accumulates_in_vector_lanes():
     check_against_interpreter(sum_of_exp_per_row, f32(300, 256))
 
 
+def squared_error(a, b):
+    return enp.sum((a - b) * (a - b))
+
+
+def test_a_loss_summed_to_one_value_accumulates_in_vector_lanes():
+    """A function's one reduction to a single value (a loss) accumulates per vector lane
+    too: serial, each add waited on the one before (7.5 us for 32 x 256 products, 0.4 in
+    lanes). Also in float64 and with a NaN, which the sum keeps."""
+    funcs = scheduled_prim_funcs(squared_error, f32(32, 256), f32(32, 256))
+    (func,) = funcs.values()
+    assert "vectorized" in loop_kinds(func) and "_rf" in func.script()
+    check_against_interpreter(squared_error, f32(32, 256), f32(32, 256))
+    a, b = RNG.standard_normal((64, 64)), RNG.standard_normal((64, 64))
+    check_against_interpreter(squared_error, a, b)
+    a[3, 5] = np.nan
+    assert np.isnan(built(egad.trace(squared_error, a, b))(a, b))
+
+
 def test_max_and_min_reductions_return_nan_where_a_nan_is_reduced():
     def extremes(a):
         return enp.max(a, axis=1), enp.min(a, axis=0), enp.max(a)
