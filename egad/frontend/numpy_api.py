@@ -770,7 +770,8 @@ def getitem(x, index):
     for entry in expanded:
         if entry is None:
             continue
-        if isinstance(entry, slice) and builtins.any(is_tracer(bound) for bound in (entry.start, entry.stop, entry.step)):
+        traced = isinstance(entry, slice) and builtins.any(is_tracer(b) for b in (entry.start, entry.stop, entry.step))
+        if traced:
             start, length = _window(entry)
             slices.append((0, 0, None) if length == 0 else (None, None, None))  # x[t:t] is empty for any t
             if length:
