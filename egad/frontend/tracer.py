@@ -74,16 +74,26 @@ class Tracer:
         return f"Tracer<{self._var.type}>"
 
     def __len__(self) -> int:
+        return self._static_length("len() of", "use x.shape[0], which is traced")
+
+    def __iter__(self):
+        length = self._static_length("iterating over", "loop with egad.fori_loop(0, x.shape[0], body, init) or "
+                                     "egad.scan(body, init, x), which trace one step for every length")
+        return (self[i] for i in range(length))
+
+    def __reversed__(self):
+        length = self._static_length("reversed() of", "use x[::-1] (traced for every length), or "
+                                     "egad.scan(body, init, x, reverse=True)")
+        return (self[i] for i in range(length - 1, -1, -1))
+
+    def _static_length(self, what: str, instead: str) -> int:
+        """The first dim, when static: `what` (len(), iteration, reversed()) needs a Python int."""
         first = self._var.type.shape[0] if self.ndim else None
         if not isinstance(first, int):
             raise TracerConversionError(message(
-                f"len() of a traced value of type {self._var.type} is not a Python int",
-                where=user_location().long(), instead="use x.shape[0], which is traced"))
+                f"{what} a traced value of type {self._var.type} needs a static first dim"
+                + ("" if self.ndim else " (it has none)"), where=user_location().long(), instead=instead))
         return first
-
-    def __iter__(self):
-        length = len(self)
-        return (self[i] for i in range(length))
 
     # --- conversions that need a concrete value ----------------------------------
     def __bool__(self):

@@ -264,3 +264,20 @@ def test_wrt_of_a_bool_and_keyword_arguments_to_an_optimized_program_are_refused
     optimized = egad.Optimized(program, (0,), "llvm", False, ())  # (nothing is built before the refusal)
     with pytest.raises(egad.ArgumentError, match=r"keyword arguments \(y\).*by position"):
         optimized(np.ones(3), y=np.ones(3))
+
+
+@pytest.mark.parametrize("fn, what, hint", [
+    (lambda x: len(x), "len\\(\\) of", "x.shape\\[0\\]"),
+    (lambda x: [row for row in x], "iterating over", "egad.fori_loop"),
+    (lambda x: list(reversed(x)), "reversed\\(\\) of", "x\\[::-1\\]")], ids=["len", "iter", "reversed"])
+def test_len_iteration_and_reversed_of_a_symbolic_axis_each_say_what_to_use(fn, what, hint):
+    """reversed(x) and `for row in x` said "len() of a traced value", which the user had
+    not written (Python asks for len() first). Found by fuzzing."""
+    with pytest.raises(egad.TracerConversionError, match=rf"(?s){what} a traced value of type f32\[T,3\] needs a "
+                                                         rf"static first dim.*test_bad_input_errors.py.*{hint}"):
+        egad.trace(fn, egad.Spec(("T", 3), "float32"))
+
+
+def test_reversed_of_a_static_axis_reverses_its_rows():
+    program = egad.trace(lambda x: enp.stack(list(reversed(x))), np.arange(6.0).reshape(3, 2))
+    np.testing.assert_array_equal(egad.interpret(program, np.arange(6.0).reshape(3, 2)), [[4, 5], [2, 3], [0, 1]])
