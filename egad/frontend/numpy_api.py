@@ -721,8 +721,7 @@ def arange(start, stop=None, step=1, dtype=None):
     if not builtins.any(is_tracer(v) for v in (start, stop, step)):
         return np.arange(start, stop, step, dtype=dtype)
     if is_tracer(step) or step != 1:
-        raise UnsupportedError(message("arange with a traced bound needs step=1", where=user_location().long(),
-                                       instead="compute enp.arange(n) * step + start"))
+        return _stepped_arange(start, stop, step, dtype)
     if is_tracer(stop) and stop._symbol and not is_tracer(start) and start == 0:
         length = stop  # arange(x.shape[0]) keeps x's symbolic dim
     else:
@@ -739,6 +738,20 @@ def arange(start, stop=None, step=1, dtype=None):
     counter = apply1("iota", sizes, {"shape": type_dims, "axis": 0, "dtype": out_dtype}) if sizes else \
         np.arange(int(length), dtype=out_dtype)
     return add(counter, cast_to(start, out_dtype)) if (is_tracer(start) or start != 0) else counter
+
+
+def _stepped_arange(start, stop, step, dtype):
+    """arange(start, stop, step) with a traced bound and a static int step other than
+    1, for int bounds: start + step * arange(n), n = max(ceil((stop - start) / step), 0)
+    (a computed length: a fresh dim)."""
+    if is_tracer(step) or not _whole(step) or step == 0 or not is_int(result_dtype(start, stop)[0]):
+        raise UnsupportedError(message("arange with a traced bound needs int bounds and a static, non-zero int step",
+                                       where=user_location().long(),
+                                       instead="compute enp.arange(n) * step + start"))
+    span = subtract(stop, start) if step > 0 else subtract(start, stop)
+    count = maximum(floor_divide(add(span, builtins.abs(int(step)) - 1), builtins.abs(int(step))), 0)
+    counter = arange(count, dtype=dtype if dtype is not None else "int64")
+    return add(multiply(counter, int(step)), cast_to(start, counter.type.dtype))
 
 
 # --- indexing --------------------------------------------------------------------------

@@ -250,3 +250,34 @@ def test_the_first_and_the_last_k_rows_broadcast_together():
             down[index] -= eps
             numeric[index] = (np.sum(np.sin(up[:2] * up[-2:])) - np.sum(np.sin(down[:2] * down[-2:]))) * 3.0 / (2 * eps)
         np.testing.assert_allclose(grad, numeric, atol=1e-6)
+
+
+STEPPED_ARANGES = [(lambda x: enp.arange(0, x.shape[0], 2), lambda T, x: np.arange(0, T, 2)),
+                   (lambda x: enp.arange(1, x.shape[0], 3), lambda T, x: np.arange(1, T, 3)),
+                   (lambda x: enp.arange(x.shape[0], 0, -2), lambda T, x: np.arange(T, 0, -2)),
+                   (lambda x: enp.sum(x[enp.arange(0, x.shape[0], 2)], axis=0),
+                    lambda T, x: np.sum(x[np.arange(0, T, 2)], axis=0))]
+
+
+@pytest.mark.parametrize("function, reference", STEPPED_ARANGES,
+                         ids=["step-2", "from-1-step-3", "down-by-2", "even-rows"])
+def test_an_arange_of_a_traced_bound_with_a_static_step_is_numpys_for_every_length(function, reference):
+    """enp.arange(0, T, 2) was refused (step 1 only): its length, max(ceil((stop - start) /
+    step), 0), is a fresh dim. Found by fuzzing."""
+    program = egad.trace(function, egad.Spec(("T", 3), "float64"))
+    compiled = build(program, cache=BuildCache(None))
+    for length in range(7):
+        x = np.arange(length * 3.0).reshape(length, 3)
+        want = reference(length, x)
+        for got in (egad.interpret(program, x), compiled(x)):
+            np.testing.assert_array_equal(got, want)
+            assert got.dtype == want.dtype
+
+
+@pytest.mark.parametrize("function", [lambda x: enp.arange(0, x.shape[0], 0),
+                                      lambda x: enp.arange(0.5, x.shape[0], 2),
+                                      lambda x: enp.arange(0, x.shape[0], 1.5)],
+                         ids=["zero", "float-start", "float-step"])
+def test_an_arange_of_a_traced_bound_needs_int_bounds_and_a_nonzero_int_step(function):
+    with pytest.raises(egad.UnsupportedError, match=r"(?s)static, non-zero int step.*test_derived_dims.py"):
+        egad.trace(function, egad.Spec(("T", 3), "float64"))
