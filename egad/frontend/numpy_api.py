@@ -853,7 +853,7 @@ def _window(entry: slice) -> tuple:
     `x[k * t:k * (t + 1)]` (both affine in one traced int, with one scale); refused
     otherwise: its length would depend on the data."""
     start_form, stop_form = _affine_form(entry.start), _affine_form(entry.stop)
-    if entry.step in (None, 1) and start_form and stop_form and start_form[0] is not None \
+    if not is_tracer(entry.step) and entry.step in (None, 1) and start_form and stop_form and start_form[0] is not None \
             and start_form[0] is stop_form[0] and start_form[1] == stop_form[1] and stop_form[2] >= start_form[2]:
         # (x[t:t - 2] is not empty in numpy where t - 2 wraps around: x[1:-1])
         return entry.start, stop_form[2] - start_form[2]
@@ -925,7 +925,7 @@ def _index_text(index: tuple) -> str:
 
 
 def _is_full_slice(entry) -> bool:
-    return isinstance(entry, slice) and (entry.start, entry.stop, entry.step) == (None, None, None)
+    return isinstance(entry, slice) and builtins.all(bound is None for bound in (entry.start, entry.stop, entry.step))
 
 
 def _is_integer_index(entry) -> bool:

@@ -93,3 +93,13 @@ def test_traced_bounds_not_a_static_length_apart_are_refused(fn):
     with pytest.raises(egad.UnsupportedError, match=r"(?s)unless the bounds are a static length apart.*"
                                                      r"test_windows.py.*x\[t:t \+ k\]"):
         egad.trace(fn, X, np.int64(1), np.int64(2))
+
+
+def test_a_traced_step_and_a_window_inside_at_are_refused_for_what_they_are():
+    """Both raised "unsupported operand NoneType: dtype object is not supported": `in`
+    and tuple `==` compared a traced bound with None through the tracer's `==`. Found
+    by fuzzing."""
+    with pytest.raises(egad.UnsupportedError, match="slicing with traced bounds"):
+        egad.trace(lambda x, t: x[::t], X, np.int64(2))
+    with pytest.raises(egad.UnsupportedError, match=r"(?s)is not an index egad can update.*test_windows.py"):
+        egad.trace(lambda x, t: x.at[t:t + 2].set(0.0), X, np.int64(2))
