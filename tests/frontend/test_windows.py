@@ -103,3 +103,19 @@ def test_a_traced_step_and_a_window_inside_at_are_refused_for_what_they_are():
         egad.trace(lambda x, t: x[::t], X, np.int64(2))
     with pytest.raises(egad.UnsupportedError, match=r"(?s)is not an index egad can update.*test_windows.py"):
         egad.trace(lambda x, t: x.at[t:t + 2].set(0.0), X, np.int64(2))
+
+
+@pytest.mark.parametrize("fn, x", [(lambda x, t: enp.sum(x[:, t:t + 2]), np.zeros((0, 3))),
+                                   (lambda x, t: x[1::2, 2 * t:2 * (t + 1), None], np.ones((1, 4))),
+                                   (lambda x, t: enp.sum(x[:, t]), np.zeros((0, 3)))],
+                         ids=["empty-rows", "emptied-by-a-slice", "row-index"])
+def test_an_index_out_of_range_raises_compiled_where_the_result_is_empty(fn, x):
+    """An empty result is a constant to what reads it, so its op was dead code in the
+    compiled program and its index check went with it: the interpreter raised, compiled
+    code answered. Found by fuzzing."""
+    program = egad.trace(fn, x, np.int64(0))
+    compiled = build(program, cache=BuildCache(None))
+    for run in (lambda: egad.interpret(program, x, np.int64(5)), lambda: compiled(x, np.int64(5))):
+        with pytest.raises(egad.IndexOutOfRangeError):
+            run()
+    assert_trees_close(compiled(x, np.int64(0)), egad.interpret(program, x, np.int64(0)), 0, "in range")
