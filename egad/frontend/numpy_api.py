@@ -915,8 +915,8 @@ def _index_text(index: tuple) -> str:
     """An index as the user wrote it, near enough: `0, 1:3, ...`."""
     def text(entry):
         if isinstance(entry, slice):  # `1:`, `:3`, `::2`, `:` (the step's colon only with a step)
-            bounds = ":".join("" if v is None else str(v) for v in (entry.start, entry.stop))
-            return bounds if entry.step is None else f"{bounds}:{entry.step}"
+            bounds = ":".join("" if v is None else text(v) for v in (entry.start, entry.stop))
+            return bounds if entry.step is None else f"{bounds}:{text(entry.step)}"
         if entry is Ellipsis or entry is None:
             return "..." if entry is Ellipsis else "None"
         return "<traced>" if is_tracer(entry) else str(entry)
