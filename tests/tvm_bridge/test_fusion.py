@@ -7,14 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import tvm
-from tvm import tirx
 
 import egad
 import egad.numpy as enp
-from egad.tvm_bridge import build, fusion, lower, schedule, tir_blocks
+from egad.tvm_bridge import build, fusion, tir_blocks
 from egad.tvm_bridge.cache import BuildCache
-from egad.tvm_bridge.targets import resolve
 from tests.trees import assert_trees_close
+from tests.tvm_bridge.kernels import pipeline_prim_funcs
 
 RNG = np.random.default_rng(0)
 XS, H = RNG.standard_normal((5, 4, 8)), RNG.standard_normal((4, 8))
@@ -40,16 +39,8 @@ def row_gradient(xs, h):
     return enp.sum(row_read_three_times(xs, h) ** 2)
 
 
-def kernels(program) -> dict:
-    """The PrimFuncs of `program`'s module after egad's Relax pipeline, by name."""
-    target = resolve("llvm").tvm_target
-    with tvm.target.Target(target):
-        module = schedule.relax_pipeline(target)(lower(program))
-    return {gv.name_hint: func for gv, func in module.functions_items() if isinstance(func, tirx.PrimFunc)}
-
-
 def pure_reads(program) -> list[str]:
-    return [name for name, func in kernels(program).items() if tir_blocks.is_pure_read(func)]
+    return [name for name, func in pipeline_prim_funcs(program).items() if tir_blocks.is_pure_read(func)]
 
 
 def test_a_row_read_by_three_elementwise_ops_has_no_kernel_of_its_own(monkeypatch):

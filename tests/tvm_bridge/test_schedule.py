@@ -9,16 +9,16 @@ import re
 import numpy as np
 import pytest
 import tvm
-from tvm import tirx
 from tvm.script import tirx as T
 
 import egad
 import egad.nn as enn
 import egad.numpy as enp
-from egad.tvm_bridge import build, lower, schedule
+from egad.tvm_bridge import build, schedule
 from egad.tvm_bridge.cache import BuildCache
 from egad.tvm_bridge.targets import resolve
 from tests.trees import assert_trees_close
+from tests.tvm_bridge.kernels import pipeline_prim_funcs
 
 RNG = np.random.default_rng(0)
 
@@ -47,10 +47,7 @@ def check_against_interpreter(fn, *args, specs=None, calls=None):
 
 def scheduled_prim_funcs(fn, *args) -> dict:
     """The PrimFuncs of `fn`'s module after egad's Relax pipeline, by name."""
-    target = resolve("llvm").tvm_target
-    with tvm.target.Target(target):
-        module = schedule.relax_pipeline(target)(lower(egad.trace(fn, *args)))
-    return {gv.name_hint: func for gv, func in module.functions_items() if isinstance(func, tirx.PrimFunc)}
+    return pipeline_prim_funcs(egad.trace(fn, *args))
 
 
 def loop_kinds(func) -> set:
@@ -371,11 +368,7 @@ def test_a_product_added_into_some_columns_of_a_larger_gradient_is_computed_whol
     (they reach columns 0-63 only): run tile by tile, columns 64-191 were never written."""
     args = (f32(64, 192), f32(32, 64))
     gradient = egad.value_and_grad(egad.trace(two_column_blocks, *args), wrt=0)
-    target = resolve("llvm").tvm_target
-    with tvm.target.Target(target):
-        module = schedule.relax_pipeline(target)(lower(gradient))
-    assert "matmul-tiled-packed" in rules_applied(
-        {gv.name_hint: func for gv, func in module.functions_items() if isinstance(func, tirx.PrimFunc)})
+    assert "matmul-tiled-packed" in rules_applied(pipeline_prim_funcs(gradient))
     assert_trees_close(built(gradient)(*args), egad.interpret(gradient, *args), 1e-4, "two column blocks")
 
 
