@@ -55,22 +55,23 @@ def sliding_sums(xs, h):
 def test_the_gradient_through_windows_in_a_loop_is_right():
     rng = np.random.default_rng(0)
     xs, h = rng.standard_normal((7, 4)), rng.standard_normal(4)
-    gradient = egad.value_and_grad(egad.trace(sliding_sums, xs, h), wrt=(0, 1))
+    program = egad.trace(sliding_sums, xs, h)
+    gradient = egad.value_and_grad(program, wrt=(0, 1))
     value, (dxs, dh) = egad.interpret(gradient, xs, h)
     for arg, grad in ((xs, dxs), (h, dh)):
         numeric, eps = np.zeros_like(arg), 1e-6
         for index in np.ndindex(arg.shape):
             saved = arg[index]
             arg[index] = saved + eps
-            up = egad.interpret(egad.trace(sliding_sums, xs, h), xs, h)
+            up = egad.interpret(program, xs, h)
             arg[index] = saved - eps
-            down = egad.interpret(egad.trace(sliding_sums, xs, h), xs, h)
+            down = egad.interpret(program, xs, h)
             arg[index] = saved
             numeric[index] = (up - down) / (2 * eps)
         np.testing.assert_allclose(grad, numeric, atol=1e-6)
     compiled = build(gradient, cache=BuildCache(None))
     assert_trees_close(compiled(xs, h), (value, (dxs, dh)), 1e-12, "compiled gradient")
-    optimized = egad.optimize(egad.trace(sliding_sums, xs, h), wrt=(0, 1))
+    optimized = egad.optimize(program, wrt=(0, 1))
     assert_trees_close(optimized(xs, h), (value, (dxs, dh)), 1e-9, "optimized gradient")
 
 
