@@ -15,11 +15,11 @@ iterator kinds and the buffers they touch), never at the function's name:
   outer loops fused into one parallel loop.
 - `matmul-tiled-packed`: one contraction block C[b, i, j] += A[b, i, k] * B[b, k, j]
   in any operand layout (transposed operands included), with injective producers and
-  elementwise epilogues around it. A rows x 2-vector register tile accumulates in a
-  local buffer over the depth; B's panel for each column tile is packed once into a
-  contiguous local buffer; many rows are cut into blocks of A that every column tile
-  reads while they are in cache; parallel over column tiles (or row blocks); the
-  epilogue runs in the tile's write-back.
+  elementwise epilogues around it. A rows x 2-vector register tile (4 rows with 16
+  vector registers, 8 with AVX-512's 32) accumulates in a local buffer over the depth;
+  B's panel for each column tile is packed once into a contiguous local buffer; many
+  rows are cut into blocks of A that every column tile reads while they are in cache;
+  parallel over column tiles (or row blocks); the epilogue runs in the tile's write-back.
 - `reduction-parallel-spatial`: other reductions (sum/max/... over some axes) with
   injective blocks around them. Parallel over the spatial part; when the reduction
   runs over an outer axis, the contiguous spatial axis goes innermost, vectorized.
@@ -66,10 +66,16 @@ RAISE_RULE_ERRORS = False
 MIN_ITERATIONS_TO_SCHEDULE = 256
 # Below this many loop iterations a parallel launch costs more than it saves.
 PARALLEL_MIN_ITERATIONS = 1 << 14
-# Register tile of the matmul micro-kernel: rows x (vectors per row) accumulators,
-# at most 8 x 2 of the 16 vector registers of AVX2 (the rest hold B and broadcast A).
-# Row tiles by preference; 4 x 2 measured as fast as 6 x 2 on 32x512x1024.
-MATMUL_ROW_TILES = (4, 6, 5, 7, 3, 8)
+# Register tile of the matmul micro-kernel: rows x (vectors per row) accumulators, the
+# other vector registers holding B's vectors and A's broadcast. Row tiles by preference,
+# by the target's vector registers (`VectorLanes.registers`). 16 (AVX2): at most 8 x 2,
+# 4 x 2 measured as fast as 6 x 2 on 32x512x1024. 32 (AVX-512): 8 x 2, 16 accumulators,
+# keeps both FMA units busy where 4 x 2 (8 accumulators) waited on their latency; on
+# 2 Zen 5 cores, GFlop/s 4 x 2 -> 8 x 2: an LSTM's weight gradient (256 x 2048) @ (2048 x
+# 256) 319 -> 464, its step product (32 x 1024) @ (1024 x 256) 344 -> 391, its input
+# projection (2048 x 128) @ (128 x 1024) 425 -> 476 (4 x 4 tiles were as fast on these,
+# 4x slower on 128 columns: two column tiles).
+MATMUL_ROW_TILES = {16: (4, 6, 5, 7, 3, 8), 32: (8, 4, 6, 5, 7, 3)}
 MATMUL_VECTORS_PER_TILE = 2
 # Reduction depth per packed B panel: keeps the panel (depth x tile columns) in L1/L2.
 MATMUL_MAX_DEPTH_PER_PANEL = 512
@@ -262,7 +268,7 @@ def schedule_matmul(sch: s_tir.Schedule, lanes_of: "VectorLanes") -> bool:
     _inline_epilogue_chain(sch, main.block_rv)
     others = [block for block in _blocks_at_root(sch) if not sch.get(block).same_as(sch.get(main.block_rv))]
     output = sch.get(main.block_rv).writes[0].source
-    tiles = _tile_matmul(sch, main.block_rv, axes, lanes_of(output.dtype))
+    tiles = _tile_matmul(sch, main.block_rv, axes, lanes_of(output.dtype), MATMUL_ROW_TILES[lanes_of.registers])
     for block in others:
         if _reads_buffer(sch, block, output) and _is_pointwise_on(sch, block, output):
             _schedule_epilogue(sch, block, tiles, lanes_of(output.dtype))
@@ -313,7 +319,7 @@ class MatmulTiles:
     write_back: object  # the block copying register accumulators out, if any
 
 
-def _tile_matmul(sch, block, axes: MatmulAxes, lanes: int) -> MatmulTiles:
+def _tile_matmul(sch, block, axes: MatmulAxes, lanes: int, row_tile_choices: tuple[int, ...]) -> MatmulTiles:
     """Loops (batch x column tiles) [depth panels] row tiles, depth, rows, columns:
     a rows x columns register tile accumulates over the depth; B's panel for a column
     tile (and depth panel) is packed once and reused by every row tile. Many rows are
@@ -327,7 +333,7 @@ def _tile_matmul(sch, block, axes: MatmulAxes, lanes: int) -> MatmulTiles:
     # straddling tile covers the whole outer slice, so it writes rows of the next
     # tile that are not computed yet. Several row loops fuse into one only when the
     # tile divides the innermost; otherwise the outer ones iterate like batch loops.
-    loops["rows"], outer_rows = _tileable(sch, loops["rows"], _row_tile)
+    loops["rows"], outer_rows = _tileable(sch, loops["rows"], lambda n: _row_tile(n, row_tile_choices))
     loops["columns"], outer_columns = _tileable(sch, loops["columns"], lambda n: _column_tile(n, lanes))
     loops["batch"] += outer_rows + outer_columns
     sch.reorder(*loops["batch"], *loops["columns"], *loops["rows"], *loops["depth"])
@@ -337,7 +343,7 @@ def _tile_matmul(sch, block, axes: MatmulAxes, lanes: int) -> MatmulTiles:
 
     column_tile = _column_tile(column_count, lanes)
     column_outer, column_inner = sch.split(columns, [None, column_tile])
-    row_tile = _row_tile(row_count)
+    row_tile = _row_tile(row_count, row_tile_choices)
     row_outer, row_inner = sch.split(rows, [None, row_tile])
     panel_depth = _panel_depth(depth_count)
     row_tiles = _extent(sch, row_outer)
@@ -422,15 +428,15 @@ def _schedule_epilogue(sch, block, tiles: MatmulTiles, lanes: int):
     _vectorize_innermost(sch, block, lanes)
 
 
-def _row_tile(row_count: int | None) -> int:
-    """Rows per register tile: all of a few rows, else one of MATMUL_ROW_TILES that
+def _row_tile(row_count: int | None, choices: tuple[int, ...]) -> int:
+    """Rows per register tile: all of a few rows, else the first of `choices` that
     divides the row count (a tail would put every update under a condition)."""
-    if row_count is not None and row_count <= max(MATMUL_ROW_TILES):
+    if row_count is not None and row_count <= max(choices):
         return row_count
-    for tile in MATMUL_ROW_TILES:
+    for tile in choices:
         if row_count is not None and row_count % tile == 0:
             return tile
-    return MATMUL_ROW_TILES[0]
+    return choices[0]
 
 
 def _column_tile(column_count: int | None, lanes: int) -> int:
@@ -663,10 +669,13 @@ SCHEDULE_RULES = (
 # ---------------------------------------------------------------- shared helpers
 
 class VectorLanes:
-    """How many elements of a dtype fill one vector register of the target."""
+    """How many elements of a dtype fill one vector register of the target, and how
+    many vector registers it has: 32 with AVX-512 (zmm0-31), else 16 (AVX2's and SSE's
+    ymm/xmm0-15; a 128-bit target of another kind is assumed to have as few)."""
 
     def __init__(self, vector_bits: int):
         self.vector_bits = vector_bits
+        self.registers = 32 if vector_bits >= 512 else 16
 
     def __call__(self, dtype) -> int:
         bits = tvm.DataType(str(dtype)).bits

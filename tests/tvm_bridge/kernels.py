@@ -9,9 +9,10 @@ from egad.tvm_bridge import lower, schedule
 from egad.tvm_bridge.targets import resolve
 
 
-def pipeline_prim_funcs(program) -> dict:
-    """The PrimFuncs of `program`'s module after egad's Relax pipeline for the host CPU, by name."""
-    target = resolve("llvm").tvm_target
+def pipeline_prim_funcs(program, target=None) -> dict:
+    """The PrimFuncs of `program`'s module after egad's Relax pipeline for `target` (a
+    tvm.target.Target; the host CPU by default), by name."""
+    target = target or resolve("llvm").tvm_target
     with tvm.target.Target(target):
         module = schedule.relax_pipeline(target)(lower(program))
     return {gv.name_hint: func for gv, func in module.functions_items() if isinstance(func, tirx.PrimFunc)}

@@ -218,6 +218,15 @@ def test_many_rows_are_cut_into_blocks_that_every_column_tile_reads():
     assert re.search(rf"in T\.parallel\(T\.int64\({column_tiles}\)\)", few_rows.script())  # one block
 
 
+@pytest.mark.parametrize("mcpu, rows", [("skylake-avx512", 8), ("haswell", 4)])
+def test_the_register_tile_has_as_many_rows_as_the_vector_registers_allow(mcpu, rows):
+    """8 rows x 2 vectors of accumulators with AVX-512's 32 vector registers (4 x 2 left
+    the FMA units waiting on their latency), 4 x 2 with AVX2's 16."""
+    target = tvm.target.Target({"kind": "llvm", "mcpu": mcpu})
+    (func,) = pipeline_prim_funcs(egad.trace(matmul, f32(64, 256), f32(256, 256)), target).values()
+    assert set(re.findall(r"in T\.unroll\(T\.int64\((\d+)\)\)", func.script())) == {str(rows)}
+
+
 def test_a_few_rows_over_a_long_depth_start_the_threads_once():
     """(32 x 1024) @ (1024 x 256), an LSTM's adjoint step: two depth panels of 512. One
     parallel loop over the column tiles, each walking both panels, and the output zeroed
