@@ -17,9 +17,10 @@ iterator kinds and the buffers they touch), never at the function's name:
   in any operand layout (transposed operands included), with injective producers and
   elementwise epilogues around it. A rows x 2-vector register tile (4 rows with 16
   vector registers, 8 with AVX-512's 32) accumulates in a local buffer over the depth;
-  B's panel for each column tile is packed once into a contiguous local buffer; many
-  rows are cut into blocks of A that every column tile reads while they are in cache;
-  parallel over column tiles (or row blocks); the epilogue runs in the tile's write-back.
+  B's panel for each column tile is packed once into a contiguous local buffer (for
+  many rows, or a transposed B; a few rows read a plain B in place); many rows are
+  cut into blocks of A that every column tile reads while they are in cache; parallel
+  over column tiles (or row blocks); the epilogue runs in the tile's write-back.
 - `reduction-parallel-spatial`: other reductions (sum/max/... over some axes) with
   injective blocks around them. Parallel over the spatial part; when the reduction
   runs over an outer axis, the contiguous spatial axis goes innermost, vectorized.
@@ -79,8 +80,14 @@ MATMUL_ROW_TILES = {16: (4, 6, 5, 7, 3, 8), 32: (8, 4, 6, 5, 7, 3)}
 MATMUL_VECTORS_PER_TILE = 2
 # Reduction depth per packed B panel: keeps the panel (depth x tile columns) in L1/L2.
 MATMUL_MAX_DEPTH_PER_PANEL = 512
-# Packing B costs one pass over B; it pays off once enough rows reuse each panel.
+# Packing B costs one pass over B; it pays off once enough rows reuse each panel. A B
+# read along its columns (not transposed) is packed from 128 rows on: unpacked was
+# faster below (2 Zen 5 cores, 8-row tiles: 16 rows 1.5x, 32 rows 1.2x, an LSTM step's
+# (32 x 1024) @ (1024 x 256) 45.0 -> 38.5 us; 64 rows as fast), packed above (128 rows
+# 1.1x). A transposed B is always packed (unpacked, each vector of a tile gathers
+# across rows of B: 32 rows 4x slower).
 MATMUL_MIN_ROWS_TO_PACK = 8
+MATMUL_MIN_ROWS_TO_PACK_CONTIGUOUS = 128
 # Rows of A per block: a block (its rows x one depth panel) stays in L2 while every
 # column tile reads it. Without blocks each column tile streamed all of A from memory.
 # Measured on 2 threads (GFlop/s, before -> after; numpy on one thread ~90): an RNN's
@@ -376,8 +383,7 @@ def _tile_matmul(sch, block, axes: MatmulAxes, lanes: int, row_tile_choices: tup
     pack_at = inner_columns if inner_columns is not None else (depth_outer or outer)
 
     # Packing needs a static panel (a local buffer cannot have a symbolic size).
-    if column_count is not None and depth_count is not None and (row_count is None
-                                                                   or row_count >= MATMUL_MIN_ROWS_TO_PACK):
+    if column_count is not None and depth_count is not None and _worth_packing(sch, block, axes, row_count):
         _pack_columns_operand(sch, block, axes, pack_at)
     write_back = None
     if depth_outer is None:
@@ -463,6 +469,16 @@ def _panel_depth(depth_count: int | None) -> int | None:
         if depth_count % panel == 0:
             return panel
     return None
+
+
+def _worth_packing(sch, block, axes: MatmulAxes, row_count: int | None) -> bool:
+    """Pack B for this many rows (None: symbolic, maybe many)? Fewer rows once B's
+    innermost axis is the output's column axis than when it is read across."""
+    if row_count is None:
+        return True
+    innermost = sch.get(block).reads[axes.columns_operand].region[-1].min
+    contiguous = isinstance(innermost, tirx.Var) and innermost.same_as(axes.columns[-1])
+    return row_count >= (MATMUL_MIN_ROWS_TO_PACK_CONTIGUOUS if contiguous else MATMUL_MIN_ROWS_TO_PACK)
 
 
 def _pack_columns_operand(sch, block, axes: MatmulAxes, at_loop):
