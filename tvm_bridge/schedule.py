@@ -17,8 +17,8 @@ iterator kinds and the buffers they touch), never at the function's name:
   in any operand layout (transposed operands included), with injective producers and
   elementwise epilogues around it. A rows x 2-vector register tile (4 rows with 16
   vector registers, 8 with AVX-512's 32) accumulates in a local buffer over the depth;
-  B's panel for each column tile is packed once into a contiguous local buffer (for
-  many rows, or a transposed B; a few rows read a plain B in place); many rows are
+  B's panel for each column tile is packed once into a contiguous local buffer (from
+  128 rows, or 8 when B is read transposed; fewer rows read B in place); many rows are
   cut into blocks of A that every column tile reads while they are in cache; parallel
   over column tiles (or row blocks); the epilogue runs in the tile's write-back.
 - `reduction-parallel-spatial`: other reductions (sum/max/... over some axes) with
@@ -84,8 +84,8 @@ MATMUL_MAX_DEPTH_PER_PANEL = 512
 # read along its columns (not transposed) is packed from 128 rows on: unpacked was
 # faster below (2 Zen 5 cores, 8-row tiles: 16 rows 1.5x, 32 rows 1.2x, an LSTM step's
 # (32 x 1024) @ (1024 x 256) 45.0 -> 38.5 us; 64 rows as fast), packed above (128 rows
-# 1.1x). A transposed B is always packed (unpacked, each vector of a tile gathers
-# across rows of B: 32 rows 4x slower).
+# 1.1x). A transposed B is packed from MATMUL_MIN_ROWS_TO_PACK rows on (unpacked, each
+# vector of a tile gathers across rows of B: 32 rows 4x slower).
 MATMUL_MIN_ROWS_TO_PACK = 8
 MATMUL_MIN_ROWS_TO_PACK_CONTIGUOUS = 128
 # Rows of A per block: a block (its rows x one depth panel) stays in L2 while every
@@ -472,8 +472,9 @@ def _panel_depth(depth_count: int | None) -> int | None:
 
 
 def _worth_packing(sch, block, axes: MatmulAxes, row_count: int | None) -> bool:
-    """Pack B for this many rows (None: symbolic, maybe many)? Fewer rows once B's
-    innermost axis is the output's column axis than when it is read across."""
+    """Pack B for this many rows (None: symbolic, maybe many)? From
+    MATMUL_MIN_ROWS_TO_PACK_CONTIGUOUS rows when B is read along its columns (its
+    innermost axis is the output's), from MATMUL_MIN_ROWS_TO_PACK when read across."""
     if row_count is None:
         return True
     innermost = sch.get(block).reads[axes.columns_operand].region[-1].min

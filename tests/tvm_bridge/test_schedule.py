@@ -244,7 +244,8 @@ def test_a_few_rows_over_a_long_depth_start_the_threads_once():
 def test_b_is_packed_for_many_rows_or_when_read_across_its_rows(fn, rows, packed):
     """A B read along its columns is read in place below MATMUL_MIN_ROWS_TO_PACK_CONTIGUOUS
     rows (an LSTM step's 32 rows ran 1.2x faster unpacked), packed from there on; a
-    transposed B is always packed (its vectors would gather across rows of B)."""
+    transposed B is packed from MATMUL_MIN_ROWS_TO_PACK rows (its vectors would gather
+    across rows of B)."""
     a, b = f32(rows, 256), (f32(256, 512) if fn is matmul else f32(512, 256))
     (func,) = scheduled_prim_funcs(fn, a, b).values()
     assert bool(re.search(r"\bb_local = T\.sblock_alloc_buffer", func.script())) == packed
