@@ -206,12 +206,18 @@ def test_matmul_is_tiled_parallel_and_vectorized():
     assert {"parallel", "vectorized", "unroll"} <= loop_kinds(func)
 
 
+def host_column_tiles(columns: int) -> int:
+    """Column tiles of a float32 product with this many columns on the host CPU: each
+    MATMUL_VECTORS_PER_TILE vectors wide."""
+    lanes = schedule._vector_bits(resolve("llvm").tvm_target) // 32
+    return columns // (schedule.MATMUL_VECTORS_PER_TILE * lanes)
+
+
 def test_many_rows_are_cut_into_blocks_that_every_column_tile_reads():
     """(4096 x 128) @ (128 x 256): blocks of 256 rows (MATMUL_BLOCK_ELEMENTS at depth
     128), 16 of them, the parallel loop over blocks x column tiles (two float32 vectors
     wide: 16 tiles of 16 columns with AVX2, 8 of 32 with AVX-512)."""
-    lanes = schedule._vector_bits(resolve("llvm").tvm_target) // 32
-    column_tiles = 256 // (schedule.MATMUL_VECTORS_PER_TILE * lanes)
+    column_tiles = host_column_tiles(256)
     (func,) = scheduled_prim_funcs(matmul, f32(4096, 128), f32(128, 256)).values()
     assert re.search(rf"in T\.parallel\(T\.int64\({16 * column_tiles}\)\)", func.script())
     (few_rows,) = scheduled_prim_funcs(matmul, f32(64, 128), f32(128, 256)).values()
@@ -232,8 +238,7 @@ def test_a_few_rows_over_a_long_depth_start_the_threads_once():
     parallel loop over the column tiles, each walking both panels, and the output zeroed
     inside it (the panels outside the parallel loop started the threads three times a
     call: to zero, and once a panel)."""
-    lanes = schedule._vector_bits(resolve("llvm").tvm_target) // 32
-    column_tiles = 256 // (schedule.MATMUL_VECTORS_PER_TILE * lanes)
+    column_tiles = host_column_tiles(256)
     (func,) = scheduled_prim_funcs(matmul, f32(32, 1024), f32(1024, 256)).values()
     assert re.findall(r"in T\.parallel\(T\.int64\((\d+)\)\)", func.script()) == [str(column_tiles)]
     check_against_interpreter(matmul, f32(32, 1024), f32(1024, 256))
