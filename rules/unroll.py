@@ -1,4 +1,5 @@
-"""unroll: a short loop with a known trip count, as its body written out n times.
+"""unroll: a loop with a known trip count, as its body written out: all n trips of a
+short loop, or k trips per trip of a loop with a small body (unroll-by-k).
 
 A compiled loop pays its driver and a dispatch per step for every kernel of its body;
 for a loop of a few steps with a small body that costs more than the work. The
@@ -15,23 +16,45 @@ copy (an extraction that takes some outputs from each) only repeats pure work; y
 have static shapes; body classes times trips stay under `MAX_COPIES`. A loop whose
 results are all invariant in it has no body to write out and is left alone: its
 result unioned with a class its own body reads was a cycle no extraction could cut.
-Unroll-by-k with a remainder loop (a new region) is not written yet.
+
+Unroll-by-k (`unroll-by-k`): a for loop of T = hi - lo known trips and a small body
+becomes a loop of n = T // k trips whose body is k copies of the original body, the
+state of copy j the results of copy j - 1, and a remainder loop (the body as it was,
+in a region of its own) for the last T - n k counters. Copy j of trip o runs counter
+lo + o k + j (lo + o k + k - 1 - j in a reversed loop, which runs its remainder
+first: its counters are the highest); a copy's counter is computed only where the body
+reads it. Each per-trip output becomes k stacked outputs of n rows, joined after the
+loop into counter order. It pays where a trip's work is a few small kernels: the loop
+driver's control is paid once per k trips, and the Relax lowering fuses the copies'
+elementwise chains into one kernel (the cost model counts only the control saved).
+Assumes what the full unrolling does (tape-free, no control node in the body, static
+ys shapes), more than `MAX_TRIPS` trips (a short loop is written out instead) and at
+least 2 k, and body classes times k at most `MAX_BY_K_COPIES`;
+the copies are written from each class's latest recorded node (rules/loop_body.py).
+Loops whose trip count is only known at run time are left alone (their ys could not
+be joined with static shapes, and the split needs a run-time division).
 """
 from __future__ import annotations
 
 from egad.egraph.attrs import attrs_node
-from egad.egraph.enode import ClassId, ENode, children
+from egad.egraph.enode import ClassId, ENode, children, post_order
 from egad.egraph.placement import CONTROL_HEADS, is_effect
 from egad.ir.types import TensorType
 
-from .loop_body import copy_recorder
-from .patterns import int_constant
+from .loop_body import copy_recorder, copy_region, loop_body
+from .patterns import concat_node, int_constant
 from .registry import family
 
 UNROLL = family("unroll", __doc__)
 
 MAX_TRIPS = 8
 MAX_COPIES = 160  # body classes x trips: copies nest step by step, and stable forms nest with them
+BY_K = "unroll-by-k"
+UNROLL_FACTORS = (2, 4, 8)
+# body classes x k of one unroll-by-k alternative: only a small body's control is worth
+# saving (a 32-class body's trip has ~10 kernels: the control is under a tenth of it),
+# and every alternative grows the e-graph by this much
+MAX_BY_K_COPIES = 64
 
 
 @UNROLL.transformer("unroll-short-loop", "a for loop of at most 8 known trips, tape-free and flat, is its body "
@@ -39,11 +62,12 @@ MAX_COPIES = 160  # body classes x trips: copies nest step by step, and stable f
 def unroll_short_loops(view) -> int:
     snapshot = view.snapshot
     outputs = view.outputs()  # loop class -> {output index: its Get class}
+    by_k = _copies_by_k(view)  # written out, a loop unrolled by k would be a long loop written out
     unrolled = 0
     for cid, members in snapshot.nodes.items():
         for node in members:
-            if node.head == "For" and _not_yet_unrolled(view, outputs.get(cid, {})) and \
-                    _unroll(view, node, outputs.get(cid, {})):
+            if node.head == "For" and node.args[0] not in by_k and _not_yet_unrolled(view, outputs.get(cid, {})) \
+                    and _unroll(view, node, outputs.get(cid, {})):
                 unrolled += 1
     return unrolled
 
@@ -129,3 +153,144 @@ def _substitute(field, copy):
     if isinstance(field, tuple):
         return tuple(_substitute(item, copy) for item in field)
     return field
+
+
+@UNROLL.transformer(BY_K, "a for loop with a small body and known trips runs k trips per trip (and a remainder "
+                          "loop): its control is paid once per k trips, and the copies' elementwise chains fuse",
+                    late=True)
+def unroll_loops_by_k(view) -> int:
+    regions = view.encoding.regions
+    made = {(info.copied_from[1], info.copied_from[2]) for info in regions.values()
+            if info.copied_from is not None and info.copied_from[0] == BY_K}
+    copies = _copies_by_k(view)
+    outputs = view.outputs()
+    loops = [(cid, node) for cid, members in view.snapshot.nodes.items() for node in members
+             if node.head == "For" and node.args[0] not in copies]
+    unrolled = 0
+    for cid, node in loops:
+        gets = outputs.get(cid, {})
+        body = _small_body(view, node) if gets else None
+        if body is None:
+            continue
+        trips = int_constant(view, node.args[2]) - int_constant(view, node.args[1])
+        for k in UNROLL_FACTORS:
+            if (node.args[0], (k,)) not in made and trips >= 2 * k and len(body) * k <= MAX_BY_K_COPIES:
+                _unroll_by(view, cid, node, gets, body, k)
+                made.add((node.args[0], (k,)))
+                unrolled += 1
+    return unrolled
+
+
+def _copies_by_k(view) -> set[int]:
+    """The regions unroll-by-k made."""
+    return {region for region, info in view.encoding.regions.items()
+            if info.copied_from is not None and info.copied_from[0] == BY_K}
+
+
+def _small_body(view, loop: ENode) -> dict[ClassId, ENode] | None:
+    """The classes of the loop's body (each with the node to copy), where unroll-by-k
+    applies to the loop: known trips, a body of pure ops only, static ys; else None."""
+    region, lo, hi, inits, results, _ = loop.args
+    lo_value, hi_value = int_constant(view, lo), int_constant(view, hi)
+    if lo_value is None or hi_value is None or hi_value - lo_value <= MAX_TRIPS:
+        return None  # a short loop's alternative is its full unrolling
+    if any(not isinstance(t, TensorType) or not t.is_static for t in map(view.types.get, results[len(inits):])):
+        return None
+    walked = loop_body(view, region, results, view.facts.invariant.get(region, set()))
+    if walked is None or not walked[0] or len(walked[0]) * UNROLL_FACTORS[0] > MAX_BY_K_COPIES:
+        return None
+    body = walked[0]
+    if any(is_effect(node) or node.head in CONTROL_HEADS for node in body.values()):
+        return None
+    return body
+
+
+def _unroll_by(view, cid: ClassId, loop: ENode, gets: dict[int, ClassId], body: dict[ClassId, ENode],
+               k: int) -> None:
+    """Union the loop's outputs with those of its unrolling by k (module docstring)."""
+    region, lo, hi, inits, results, attrs_class = loop.args
+    lo_value, hi_value = int_constant(view, lo), int_constant(view, hi)
+    trips, n_state = hi_value - lo_value, len(inits)
+    n, remainder = trips // k, trips % k
+    reverse = bool(view.attrs(attrs_class).get("reverse"))
+    constants = view.encoding.constants
+    record = copy_recorder(view)
+    no_attrs = attrs_node({}, constants)
+
+    main = copy_region(view, region, (BY_K, region, (k,)))
+    outer_counter = ENode("Arg", (main, 0))
+    stride = ENode("Op2", ("mul", no_attrs, outer_counter, ENode("Scalar", ("int64", k))))
+    state = [ENode("Arg", (main, 1 + s)) for s in range(n_state)]  # copy j's: copy j - 1's results
+    steps = []  # per copy: its classes' copies
+    for j in range(k):
+        offset = lo_value + (k - 1 - j if reverse else j)
+        counter = stride if offset == 0 else \
+            ENode("Op2", ("add", no_attrs, stride, ENode("Scalar", ("int64", offset))))
+        copies = _copy_trip(body, counter, state, record)
+        steps.append(copies)
+        state = [copies.get(c, c) for c in results[:n_state]]
+    ys = [steps[j].get(c, c) for c in results[n_state:] for j in range(k)]  # ys y of copy j: at y * k + j
+
+    def main_loop(inputs) -> ENode:
+        return record(cid, ENode("For", (main, ENode("Scalar", ("int64", 0)), ENode("Scalar", ("int64", n)),
+                                         tuple(inputs), (*state, *ys), _loop_attrs(view, attrs_class, n))))
+
+    def rest_loop(inputs) -> ENode:  # the last counters, lo + n k to hi
+        rest = copy_region(view, region, (BY_K, region, ()))
+        copies = _copy_trip(body, ENode("Arg", (rest, 0)), [ENode("Arg", (rest, 1 + s)) for s in range(n_state)],
+                            record)
+        return record(cid, ENode("For", (rest, ENode("Scalar", ("int64", lo_value + n * k)), hi, tuple(inputs),
+                                         tuple(copies.get(c, c) for c in results),
+                                         _loop_attrs(view, attrs_class, remainder))))
+
+    def carried(loop) -> list[ENode]:
+        return [ENode("Get", (loop, s)) for s in range(n_state)]
+
+    rest = None
+    if not remainder:
+        last = unrolled = main_loop(inits)
+    elif reverse:  # the remainder's counters are the highest: a reversed loop runs them first
+        rest = rest_loop(inits)
+        last = unrolled = main_loop(carried(rest))
+    else:
+        unrolled = main_loop(inits)
+        last = rest = rest_loop(carried(unrolled))
+
+    for index, get in sorted(gets.items()):
+        if index < n_state:
+            view.union(get, ENode("Get", (last, index)))
+            continue
+        y = index - n_state
+        row_shape = view.types[results[index]].shape
+        # copy j's rows are those of counters lo + o k + j (k - 1 - j reversed): in counter order
+        order = range(k - 1, -1, -1) if reverse else range(k)
+        parts = [_reshaped(view, ENode("Get", (unrolled, n_state + y * k + j)), (n, 1, *row_shape)) for j in order]
+        joined = _reshaped(view, concat_node(view, parts, axis=1), (n * k, *row_shape))
+        if rest is not None:
+            joined = concat_node(view, [joined, ENode("Get", (rest, index))], axis=0)
+        view.union(get, joined)
+
+
+def _copy_trip(body: dict[ClassId, ENode], counter, state: list, record) -> dict[ClassId, object]:
+    """One trip of the body, copied: its counter `counter`, its state `state` (nodes or
+    classes); each class's copy, recorded."""
+    copies: dict[ClassId, object] = {}
+    for cid in post_order(body, lambda c: [x for x in children(body[c]) if x in body]):
+        node = body[cid]
+        if node.head == "Arg":
+            copies[cid] = record(cid, counter) if node.args[1] == 0 else state[node.args[1] - 1]
+        else:
+            copied = ENode(node.head, tuple(_substitute(arg, lambda c: copies.get(c, c)) for arg in node.args))
+            copies[cid] = record(cid, copied, node)
+    return copies
+
+
+def _reshaped(view, node: ENode, shape: tuple) -> ENode:
+    return ENode("Op1", ("reshape", attrs_node({"shape": shape}, view.encoding.constants), node))
+
+
+def _loop_attrs(view, attrs_class: ClassId, trips: int) -> ENode:
+    """An unrolled loop's attributes: the loop's, with its own trip count."""
+    values = {**view.attrs(attrs_class), "trip_dim": trips}
+    values.pop("trip_guess", None)
+    return attrs_node(values, view.encoding.constants)

@@ -417,3 +417,20 @@ def test_rules_none_means_the_default_families():
     f = egad.optimize(egad.trace(gated_rnn, *args), wrt=None)
     assert f.families == tuple(rules.default())
     assert "e-graph: not run (rules=())" in egad.optimize(egad.trace(gated_rnn, *args), wrt=None, rules=()).report()
+
+
+@pytest.mark.parametrize("k", [3, 4])
+def test_loops_unrolled_by_k_compile_to_what_the_interpreter_computes(k, monkeypatch):
+    """Every loop of `long_loops` unrolled by k (remainder loops, a reversed scan's rows
+    joined in counter order), built with TVM."""
+    from egad.rules import unroll
+    from egad.tvm_bridge import build
+    from tests.egraph.test_rules import LONG_SHAPES, Optimized, long_loops, loops_of
+
+    monkeypatch.setattr(unroll, "UNROLL_FACTORS", (k,))
+    rng = np.random.default_rng(k)
+    args = tuple(rng.standard_normal(shape) for shape in LONG_SHAPES.values())
+    traced = egad.trace(long_loops, *args)
+    unrolled = Optimized(traced, ["unroll"]).program  # every rewritten node preferred: every loop unrolled
+    assert len(loops_of(unrolled)) > len(loops_of(traced))  # remainder loops beside the unrolled ones
+    assert_trees_close(build(unrolled)(*args), egad.interpret(traced, *args), 1e-9, f"unrolled by {k}")

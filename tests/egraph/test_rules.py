@@ -22,7 +22,7 @@ from hypothesis.extra import numpy as hnp
 import egad
 import egad.numpy as enp
 from egad import rules
-from egad.rules import fusion
+from egad.rules import fusion, unroll
 from egad.egraph import Snapshot, decode, encode, extract_latest
 from egad.egraph.analysis import type_conflicts
 from egad.egraph.language import Term, op
@@ -296,6 +296,47 @@ def test_unroll_keeps_results(args):
     program = optimized("short", lambda: egad.trace(short_loops, *args), ["unroll"])
     check_family(program, args, {"unroll-short-loop"})
     assert "for" not in ops_of(program.program.region)  # both loops written out
+
+
+def long_loops(xs, h0):
+    h = egad.fori_loop(0, 11, lambda i, h: enp.tanh(h * 0.5 + xs[i]), h0)  # reads its counter
+    h2, ys = egad.scan(lambda h, x: (enp.tanh(h * 0.9 + x), h * 2.0), h0, xs, reverse=True)  # ys in counter order
+    h3 = egad.fori_loop(1, 13, lambda i, h: h * 0.5 + 1.0, h0)  # reads no counter
+    return h, h2, ys, h3
+
+
+LONG_SHAPES = dict(xs=(11, 2, 3), h0=(2, 3))
+
+
+@pytest.mark.parametrize("k", [2, 3, 4])
+@SETTINGS
+@given(args=st.fixed_dictionaries({name: floats(*shape) for name, shape in LONG_SHAPES.items()}))
+def test_unroll_by_k_keeps_results(k, args, monkeypatch):
+    """Each loop as k copies of its body a trip, then (a reversed loop: first) a remainder
+    loop of the last 11 % k or 12 % k counters; ys joined in counter order."""
+    monkeypatch.setattr(unroll, "UNROLL_FACTORS", (k,))
+    args = tuple(args[name] for name in LONG_SHAPES)
+    program = optimized(f"long-by-{k}", lambda: egad.trace(long_loops, *args), ["unroll"])
+    check_family(program, args, {"unroll-by-k"})
+    loops = loops_of(program.program)
+    tanh_per_trip = sorted(ops_of(loop.regions[0]).count("tanh") for loop in loops)
+    remainders = [1] * (2 * (11 % k > 0))  # h's and h2's remainder loops: one trip a trip
+    assert tanh_per_trip == sorted([0] * (1 + (12 % k > 0)) + remainders + [k, k]), program.program
+
+
+def test_the_cost_model_unrolls_a_small_body_by_k():
+    """An explicit Euler loop's trip is two small kernels: k of them a trip save the
+    loop's control on all but one trip in k (the lowering fuses them, too)."""
+    def euler(h0):
+        return egad.fori_loop(0, 96, lambda i, h: h + 0.01 * (1.0 - h * h), h0)
+
+    h0 = np.linspace(-1, 1, 4)
+    program = egad.trace(euler, h0)
+    result = optimize_program(program, rules.default())
+    assert result.fallback is None and "unroll-by-k" in dict(result.chosen), result.chosen
+    (loop,) = loops_of(result.program)
+    assert ops_of(loop.regions[0]).count("mul") > 1  # several trips' copies in one body
+    assert_same_results(egad.interpret(result.program, h0), egad.interpret(program, h0))
 
 
 def test_a_short_loop_whose_state_no_trip_reads_is_left_for_extraction_to_take():
