@@ -5,6 +5,10 @@
   rule families against `rules=()` (target: >= 1.5x faster);
 - gnmt: `benchmarks/gnmt_lite.py`, config `small`, one training step's loss and
   gradients (target: >= 1.3x faster);
+- unroll: an explicit Euler solve of 1000 fixed steps over 16 states, the small-bodied
+  loop `rules/unroll.py`'s `unroll-by-k` is for, as written and its loss's gradient:
+  default rules against `rules=()` and against the default families without `unroll`
+  (no target in the issue: what the family buys, and that the cost model picks it);
 - corpus: every corpus gradient program (tests/programs) with default rules against
   `rules=()` (target: none more than 1.05x slower), and the time to optimize and
   build each one (target: median <= 5 s);
@@ -25,6 +29,7 @@ user makes them (numpy in, numpy out). Every optimized result is checked against
 
     python -m benchmarks.optimizer                    # all sections
     python -m benchmarks.optimizer lstm ranking       # some of them
+    python -m benchmarks.optimizer unroll
     python -m benchmarks.optimizer lstm gnmt --target=cuda   # the two workloads on a GPU
 
 `--target` (an egad target name, default llvm) builds the lstm and gnmt sections for
@@ -48,6 +53,7 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 
 import egad  # noqa: E402
+import egad.numpy as enp  # noqa: E402
 from egad import rules  # noqa: E402
 from egad.pytree import flatten  # noqa: E402
 
@@ -112,6 +118,37 @@ def lstm_section(T: int = 64, target: str = "llvm") -> list[dict]:
 
 def gnmt_section(config: str = "small", target: str = "llvm") -> list[dict]:
     return [_side_by_side(*gnmt_workload(config), TARGETS["gnmt"], target=target)]
+
+
+EULER_STEPS, EULER_STATES = 1000, 16
+
+
+def fixed_step_euler(y0, rate, amp):
+    """y' = amp sin(t) - rate y by explicit Euler, EULER_STEPS steps of 0.01: a loop
+    whose trip is a handful of elementwise ops on a few numbers."""
+    def step(i, state):
+        t, y = state
+        return t + 0.01, y + 0.01 * (amp * enp.sin(t) - rate * y)
+
+    _, y = egad.fori_loop(0, EULER_STEPS, step, (enp.zeros_like(y0), y0))
+    return enp.sum(y * y)
+
+
+def unroll_section() -> list[dict]:
+    args = tuple(np.random.default_rng(0).standard_normal(EULER_STATES) for _ in range(3))
+    program = egad.trace(fixed_step_euler, *args)
+    without_unroll = [f for f in rules.default() if f.name != "unroll"]
+    rows = []
+    for name, wrt in ((f"euler T={EULER_STEPS}", None), (f"euler T={EULER_STEPS} grad", (1, 2))):
+        row = _side_by_side(name, program, wrt, args, 1 / TARGETS["corpus_slowdown"])
+        optimized = egad.optimize(program, wrt=wrt)
+        others = egad.optimize(program, wrt=wrt, rules=without_unroll)
+        _check_close(optimized(*args), others(*args), name)
+        times = median_seconds({"without": lambda: others(*args), "default": lambda: optimized(*args)}, ROUNDS)
+        row["without unroll ms"] = times["without"] * 1e3
+        row["speed-up over no unroll"] = times["without"] / times["default"]
+        rows.append(row)
+    return rows
 
 
 def corpus_section() -> list[dict]:
@@ -223,7 +260,7 @@ def _ranks(values) -> list[float]:
     return ranks
 
 
-SECTIONS = {"lstm": lstm_section, "gnmt": gnmt_section, "corpus": corpus_section, "saturation": saturation_section,
+SECTIONS = {"lstm": lstm_section, "gnmt": gnmt_section, "unroll": unroll_section, "corpus": corpus_section, "saturation": saturation_section,
             "ranking": ranking_section}
 
 
@@ -268,6 +305,10 @@ def main(argv=None) -> int:
             print(f"  median of {SATURATION_REPEATS}; egad.optimize stops at {result[0]['optimize limit s']} s")
         else:
             _print_rows(result)
+            if name == "unroll":
+                for row in result:
+                    print(f"  {row['workload']}: {row['speed-up over no unroll']:.2f}x faster than the default "
+                          f"families without unroll ({row['without unroll ms']:.2f} ms)")
             if name == "corpus":
                 slower = [r for r in result if r["speed-up"] < 1 / TARGETS["corpus_slowdown"]]
                 slow = [r["workload"] for r in slower if not r["same program"]]

@@ -24,15 +24,18 @@ in a region of its own) for the last T - n k counters. Copy j of trip o runs cou
 lo + o k + j (lo + o k + k - 1 - j in a reversed loop, which runs its remainder
 first: its counters are the highest); a copy's counter is computed only where the body
 reads it. Each per-trip output becomes k stacked outputs of n rows, joined after the
-loop into counter order. It pays where a trip's work is a few small kernels: the loop
-driver's control is paid once per k trips, and the Relax lowering fuses the copies'
-elementwise chains into one kernel (the cost model counts only the control saved).
+loop into counter order. It pays where a trip is a few small kernels: the loop's
+control is paid once per k trips, and the Relax lowering fuses the copies' elementwise
+chains into one kernel. The cost model counts only the control saved, and prices a
+copy's counter (an integer multiply and add) as kernels where the lowering fuses them
+into the `take` that reads them, so a body that reads its counter is rarely unrolled
+(measured, forced: `tanh(h * 0.5 + xs[i])`, 1000 trips of 4 floats, 2.3x faster by 8).
 Assumes what the full unrolling does (tape-free, no control node in the body, static
 ys shapes), more than `MAX_TRIPS` trips (a short loop is written out instead) and at
-least 2 k, and body classes times k at most `MAX_BY_K_COPIES`;
-the copies are written from each class's latest recorded node (rules/loop_body.py).
-Loops whose trip count is only known at run time are left alone (their ys could not
-be joined with static shapes, and the split needs a run-time division).
+least 2 k, and body classes times k at most `MAX_BY_K_COPIES`; the copies are written
+from each class's latest recorded node (rules/loop_body.py). Loops whose trip count is
+known only at run time are left alone (their ys could not be joined with static
+shapes, and the split needs a run-time division).
 """
 from __future__ import annotations
 

@@ -324,6 +324,21 @@ def test_unroll_by_k_keeps_results(k, args, monkeypatch):
     assert tanh_per_trip == sorted([0] * (1 + (12 % k > 0)) + remainders + [k, k]), program.program
 
 
+def test_unroll_by_k_of_a_gradients_loops_keeps_the_gradient():
+    """The loops AD writes, and the stacked copies rules/checkpoint.py makes of them,
+    unrolled by k beside every other family (every rewritten node preferred)."""
+    args = tuple(np.random.default_rng(2).normal(size=shape) for shape in LONG_SHAPES.values())
+
+    def loss(xs, h0):
+        h, h2, ys, h3 = long_loops(xs, h0)
+        return enp.sum(h * h2) + enp.sum(ys * ys) + enp.sum(enp.sin(h3))
+
+    gradient = egad.value_and_grad(egad.trace(loss, *args), wrt=(0, 1))
+    program = Optimized(gradient)
+    assert "unroll-by-k" in program.chosen_rules(), program.report
+    assert_same_results(egad.interpret(program.program, *args), egad.interpret(gradient, *args))
+
+
 def test_the_cost_model_unrolls_a_small_body_by_k():
     """An explicit Euler loop's trip is two small kernels: k of them a trip save the
     loop's control on all but one trip in k (the lowering fuses them, too)."""
