@@ -22,14 +22,15 @@ becomes a loop of n = T // k trips whose body is k copies of the original body, 
 state of copy j the results of copy j - 1, and a remainder loop (the body as it was,
 in a region of its own) for the last T - n k counters. Copy j of trip o runs counter
 lo + o k + j (lo + o k + k - 1 - j in a reversed loop, which runs its remainder
-first: its counters are the highest); a copy's counter is computed only where the body
-reads it. Each per-trip output becomes k stacked outputs of n rows, joined after the
-loop into counter order. It pays where a trip is a few small kernels: the loop's
-control is paid once per k trips, and the Relax lowering fuses the copies' elementwise
-chains into one kernel. The cost model counts only the control saved, and prices a
-copy's counter (an integer multiply and add) as kernels where the lowering fuses them
-into the `take` that reads them, so a body that reads its counter is rarely unrolled
-(measured, forced: `tanh(h * 0.5 + xs[i])`, 1000 trips of 4 floats, 2.3x faster by 8).
+first: its counters are the highest). A row read at the counter, `take(X, i, axis=0)`
+of an invariant X, becomes one take a trip of a block of k rows (X's rows lo to
+lo + n k, reshaped to n blocks before the loop) and, per copy, a slice of it, which
+the lowering fuses into the op reading it; any other read of the counter computes it
+(an integer multiply and add). Each per-trip output becomes k stacked outputs of n
+rows, joined after the loop into counter order. It pays where a trip is a few small
+kernels: the loop's control is paid once per k trips, and the Relax lowering fuses
+the copies' elementwise chains into one kernel, which the cost model does not count
+(it predicts less than is measured: benchmarks/optimizer.py's unroll section).
 Assumes what the full unrolling does (tape-free, no control node in the body, static
 ys shapes), more than `MAX_TRIPS` trips (a short loop is written out instead) and at
 least 2 k, and body classes times k at most `MAX_BY_K_COPIES`; the copies are written
@@ -223,13 +224,15 @@ def _unroll_by(view, cid: ClassId, loop: ENode, gets: dict[int, ClassId], body: 
     main = copy_region(view, region, (BY_K, region, (k,)))
     outer_counter = ENode("Arg", (main, 0))
     stride = ENode("Op2", ("mul", no_attrs, outer_counter, ENode("Scalar", ("int64", k))))
+    blocks = _row_blocks(view, body, region, lo_value, n, k, outer_counter)
     state = [ENode("Arg", (main, 1 + s)) for s in range(n_state)]  # copy j's: copy j - 1's results
     steps = []  # per copy: its classes' copies
     for j in range(k):
-        offset = lo_value + (k - 1 - j if reverse else j)
-        counter = stride if offset == 0 else \
-            ENode("Op2", ("add", no_attrs, stride, ENode("Scalar", ("int64", offset))))
-        copies = _copy_trip(body, counter, state, record)
+        offset = k - 1 - j if reverse else j
+        counter = _plus(stride, lo_value + offset, no_attrs)
+        row_reads = {cid: _slice(view, block, offset * length, length, rank)
+                     for cid, (block, length, rank) in blocks.items()}
+        copies = _copy_trip(body, results, counter, state, record, row_reads)
         steps.append(copies)
         state = [copies.get(c, c) for c in results[:n_state]]
     ys = [steps[j].get(c, c) for c in results[n_state:] for j in range(k)]  # ys y of copy j: at y * k + j
@@ -240,8 +243,8 @@ def _unroll_by(view, cid: ClassId, loop: ENode, gets: dict[int, ClassId], body: 
 
     def rest_loop(inputs) -> ENode:  # the last counters, lo + n k to hi
         rest = copy_region(view, region, (BY_K, region, ()))
-        copies = _copy_trip(body, ENode("Arg", (rest, 0)), [ENode("Arg", (rest, 1 + s)) for s in range(n_state)],
-                            record)
+        copies = _copy_trip(body, results, ENode("Arg", (rest, 0)),
+                            [ENode("Arg", (rest, 1 + s)) for s in range(n_state)], record)
         return record(cid, ENode("For", (rest, ENode("Scalar", ("int64", lo_value + n * k)), hi, tuple(inputs),
                                          tuple(copies.get(c, c) for c in results),
                                          _loop_attrs(view, attrs_class, remainder))))
@@ -274,18 +277,64 @@ def _unroll_by(view, cid: ClassId, loop: ENode, gets: dict[int, ClassId], body: 
         view.union(get, joined)
 
 
-def _copy_trip(body: dict[ClassId, ENode], counter, state: list, record) -> dict[ClassId, object]:
+def _copy_trip(body: dict[ClassId, ENode], results, counter: ENode, state: list, record,
+               seeded: dict[ClassId, ENode] | None = None) -> dict[ClassId, object]:
     """One trip of the body, copied: its counter `counter`, its state `state` (nodes or
-    classes); each class's copy, recorded."""
+    classes), and the node `seeded[c]` for a class c of `seeded`; each class the
+    results read, recorded (a counter only seeded reads used is not made)."""
+    seeded = seeded or {}
     copies: dict[ClassId, object] = {}
-    for cid in post_order(body, lambda c: [x for x in children(body[c]) if x in body]):
+    reads = lambda c: [] if c in seeded else [x for x in children(body[c]) if x in body]  # noqa: E731
+    for cid in post_order([c for c in results if c in body], reads):
         node = body[cid]
-        if node.head == "Arg":
+        if cid in seeded:
+            copies[cid] = record(cid, seeded[cid])
+        elif node.head == "Arg":
             copies[cid] = record(cid, counter) if node.args[1] == 0 else state[node.args[1] - 1]
         else:
             copied = ENode(node.head, tuple(_substitute(arg, lambda c: copies.get(c, c)) for arg in node.args))
             copies[cid] = record(cid, copied, node)
     return copies
+
+
+def _row_blocks(view, body: dict[ClassId, ENode], region: int, lo: int, n: int, k: int, outer_counter: ENode):
+    """Body class -> (block, length, rank) for each row read `take(X, i, axis=0)` of an
+    invariant X at the counter i, where X holds rows lo to lo + n k: X's rows as n
+    blocks of k, `block` the one of the outer trip (one take a trip, of `rank` axes),
+    `length` the leading dim of one row in it. Copy j reads its row as a slice of the block, which the lowering fuses
+    into the op reading it, instead of computing its counter and taking a row."""
+    counter = next((cid for cid, node in body.items() if node == ENode("Arg", (region, 0))), None)
+    if counter is None or lo < 0:
+        return {}
+    blocks: dict[ClassId, tuple] = {}
+    made: dict[ClassId, ENode] = {}  # X -> its block
+    for cid, node in body.items():
+        if not (node.head == "Op2" and node.args[0] == "take" and node.args[3] == counter
+                and node.args[2] not in body and view.attrs(node.args[1]).get("axis") == 0):
+            continue
+        table = node.args[2]
+        table_type = view.types.get(table)
+        if not isinstance(table_type, TensorType) or not table_type.is_static or len(table_type.shape) < 2 \
+                or table_type.shape[0] < lo + n * k:
+            continue
+        rows, rest = table_type.shape[1], table_type.shape[2:]
+        if table not in made:
+            rows_used = table if lo == 0 and table_type.shape[0] == n * k else \
+                _slice(view, table, lo, n * k, rank=len(table_type.shape))
+            made[table] = ENode("Op2", ("take", node.args[1], _reshaped(view, rows_used, (n, k * rows, *rest)),
+                                        outer_counter))
+        blocks[cid] = (made[table], rows, len(table_type.shape) - 1)
+    return blocks
+
+
+def _slice(view, node, start: int, length: int, rank: int) -> ENode:
+    """node[start:start + length] along the first of its `rank` axes."""
+    index = ((start, start + length, None),) + ((None, None, None),) * (rank - 1)
+    return ENode("Op1", ("slice", attrs_node({"index": index}, view.encoding.constants), node))
+
+
+def _plus(node: ENode, offset: int, no_attrs) -> ENode:
+    return node if offset == 0 else ENode("Op2", ("add", no_attrs, node, ENode("Scalar", ("int64", offset))))
 
 
 def _reshaped(view, node: ENode, shape: tuple) -> ENode:
