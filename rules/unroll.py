@@ -33,12 +33,16 @@ the copies' elementwise chains into one kernel, which the cost model does not co
 (it predicts less than is measured: benchmarks/optimizer.py's unroll section).
 Assumes what the full unrolling does (tape-free, no control node in the body, static
 ys shapes), more than `MAX_TRIPS` trips (a short loop is written out instead) and at
-least 2 k, and body classes times k at most `MAX_BY_K_COPIES`; the copies are written
-from each class's latest recorded node (rules/loop_body.py). Loops whose trip count is
-known only at run time are left alone (their ys could not be joined with static
-shapes, and the split needs a run-time division).
+least 2 k, body classes times k at most `MAX_BY_K_COPIES`, and no value of the body
+larger than `MAX_BY_K_ELEMENTS` (a trip over large values is work, not control, and
+copies of it only grow the e-graph: GNMT-lite's and the LSTM's loops are left alone);
+the copies are written from each class's latest recorded node (rules/loop_body.py).
+Loops whose trip count is known only at run time are left alone (their ys could not
+be joined with static shapes, and the split needs a run-time division).
 """
 from __future__ import annotations
+
+import math
 
 from egad.egraph.attrs import attrs_node
 from egad.egraph.enode import ClassId, ENode, children, post_order
@@ -59,6 +63,9 @@ UNROLL_FACTORS = (2, 4, 8)
 # saving (a 32-class body's trip has ~10 kernels: the control is under a tenth of it),
 # and every alternative grows the e-graph by this much
 MAX_BY_K_COPIES = 64
+# elements of the largest value of a body unroll-by-k copies: a kernel over more runs
+# longer than its dispatch (~3 us on a CPU), so saving control is not worth the copies
+MAX_BY_K_ELEMENTS = 4096
 
 
 @UNROLL.transformer("unroll-short-loop", "a for loop of at most 8 known trips, tape-free and flat, is its body "
@@ -196,7 +203,7 @@ def _small_body(view, loop: ENode) -> dict[ClassId, ENode] | None:
     applies to the loop: known trips, a body of pure ops only, static ys; else None."""
     region, lo, hi, inits, results, _ = loop.args
     lo_value, hi_value = int_constant(view, lo), int_constant(view, hi)
-    if lo_value is None or hi_value is None or hi_value - lo_value <= MAX_TRIPS:
+    if lo_value is None or hi_value is None or hi_value - lo_value <= MAX_TRIPS or not UNROLL_FACTORS:
         return None  # a short loop's alternative is its full unrolling
     if any(not isinstance(t, TensorType) or not t.is_static for t in map(view.types.get, results[len(inits):])):
         return None
@@ -206,6 +213,9 @@ def _small_body(view, loop: ENode) -> dict[ClassId, ENode] | None:
     body = walked[0]
     if any(is_effect(node) or node.head in CONTROL_HEADS for node in body.values()):
         return None
+    if any(not isinstance(t, TensorType) or not t.is_static or math.prod(t.shape) > MAX_BY_K_ELEMENTS
+           for t in map(view.types.get, body)):
+        return None  # large values (or sizes known only at run time): the trip is work, not control
     return body
 
 
