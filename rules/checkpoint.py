@@ -91,7 +91,7 @@ from egad.egraph.enode import ClassId, ENode, children
 from egad.ir import ops
 from egad.ir.types import TapeType, TensorType
 
-from .loop_body import copy_body, copy_recorder, copy_region, loop_body
+from .loop_body import copy_body, copy_recorder, copy_region, loop_attrs, loop_body
 from .patterns import int_constant
 from .registry import family
 
@@ -643,13 +643,6 @@ def _segment_bounds(view, counter: ENode, segments: _Segments) -> tuple[ENode, E
     return start, ENode("Op2", ("add", no_attrs, start, length))
 
 
-def _loop_attrs(view, attrs_class: ClassId, trips: int) -> ENode:
-    """A copy's attributes: the copied loop's, with its own trip count."""
-    values = {**view.attrs(attrs_class), "trip_dim": trips}
-    values.pop("trip_guess", None)
-    return attrs_node(values, view.encoding.constants)
-
-
 def _checkpointed_forward(view, forward: _Forward, segments: _Segments, outputs) -> dict[int, ENode] | None:
     """F_k: an outer loop over the segments whose body runs one segment of F's trips
     (F's body copied without its tapes) and stacks the states a re-run starts from;
@@ -671,14 +664,14 @@ def _checkpointed_forward(view, forward: _Forward, segments: _Segments, outputs)
     copies = copy_body(body, lambda index: ENode("Arg", (inner, renumbered[index])), record)
     states = tuple(ENode("Arg", (outer, 1 + t)) for t in range(len(kept)))
     segment = record(forward.cid, ENode("For", (inner, start, stop, states, tuple(copies.get(c, c) for c in starts),
-                                                _loop_attrs(view, attrs_class, segments.length))))
+                                                loop_attrs(view, attrs_class, segments.length))))
     loop = record(forward.cid, ENode("For", (
         outer, ENode("Scalar", ("int64", 0)), ENode("Scalar", ("int64", segments.count)),
         tuple(inits[k] for k in kept),
         tuple(ENode("Get", (segment, t)) for t in range(len(kept)))
         + tuple(states[kept.index(k)] for k in segments.rerun)  # the states a segment starts from, stacked
         + tuple(ENode("Get", (segment, len(kept) + j)) for j in range(n_ys)),
-        _loop_attrs(view, attrs_class, segments.count))))
+        loop_attrs(view, attrs_class, segments.count))))
     first_ys = len(kept) + len(segments.rerun)
     for k, get in sorted(outputs.get(forward.cid, {}).items()):
         if k in kept:
@@ -714,7 +707,7 @@ def _segmented_reverse(view, cid: ClassId, node: ENode, pops, forward: _Forward,
     again_loop = record(forward.cid, ENode("For", (
         again, start, stop,
         tuple(ENode("Op2", ("take", axis, forward.rows[k], segment_counter)) for k in rerun_states),
-        tuple(copies.get(c, c) for c in starts), _loop_attrs(view, f_attrs, segments.length))))
+        tuple(copies.get(c, c) for c in starts), loop_attrs(view, f_attrs, segments.length))))
     rows = {k: ENode("Get", (again_loop, len(rerun_states) + t)) for t, k in enumerate(forward.stored)}
 
     # R's trips of segment s, reading the rows of the re-run where R popped
@@ -728,11 +721,11 @@ def _segmented_reverse(view, cid: ClassId, node: ENode, pops, forward: _Forward,
     copies = copy_body(walked.body, args.__getitem__, record, seeded)
     segment = record(cid, ENode("For", (
         inner, start, stop, tuple(ENode("Arg", (outer, 1 + j)) for j in range(len(r_kept))),
-        tuple(copies.get(c, c) for c in walked.starts), _loop_attrs(view, attrs_class, segments.length))))
+        tuple(copies.get(c, c) for c in walked.starts), loop_attrs(view, attrs_class, segments.length))))
     loop = record(cid, ENode("For", (
         outer, ENode("Scalar", ("int64", 0)), ENode("Scalar", ("int64", segments.count)),
         tuple(inits[k] for k in r_kept), tuple(ENode("Get", (segment, j)) for j in range(len(walked.starts))),
-        _loop_attrs(view, attrs_class, segments.count))))
+        loop_attrs(view, attrs_class, segments.count))))
     for k, get in sorted(outputs.get(cid, {}).items()):
         if k in r_kept:
             view.union(get, ENode("Get", (loop, r_kept.index(k))))

@@ -12,6 +12,7 @@ where that would close a cycle), and `copy_body` rebuilds them over the new loop
 """
 from __future__ import annotations
 
+from egad.egraph.attrs import attrs_node
 from egad.egraph.encoding import RegionInfo
 from egad.egraph.enode import ClassId, ENode, children, post_order
 from egad.egraph.placement import CONTROL_HEADS
@@ -114,6 +115,13 @@ def copy_region(view, region: int, copied_from: tuple | None = None, inside: int
     info = regions[region]
     regions[copy] = RegionInfo(info.op, info.names, info.parent if inside is None else inside, copied_from)
     return copy
+
+
+def loop_attrs(view, attrs_class: ClassId, trips: int) -> ENode:
+    """A copied loop's attributes: the copied loop's, with its own trip count."""
+    values = {**view.attrs(attrs_class), "trip_dim": trips}
+    values.pop("trip_guess", None)
+    return attrs_node(values, view.encoding.constants)
 
 
 def copy_recorder(view):

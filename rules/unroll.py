@@ -49,7 +49,7 @@ from egad.egraph.enode import ClassId, ENode, children, post_order
 from egad.egraph.placement import CONTROL_HEADS, is_effect
 from egad.ir.types import TensorType
 
-from .loop_body import copy_recorder, copy_region, loop_body
+from .loop_body import copy_recorder, copy_region, loop_attrs, loop_body
 from .patterns import concat_node, int_constant
 from .registry import family
 
@@ -123,37 +123,18 @@ def _unroll(view, loop: ENode, gets: dict[int, ClassId]) -> bool:
     counters = range(hi_value - 1, lo_value - 1, -1) if view.attrs(attrs_class).get("reverse") else \
         range(lo_value, hi_value)
     for counter in counters:
-        copies: dict[ClassId, object] = {}
-
-        def copy(cid: ClassId):
-            if cid not in body:
-                return cid
-            if cid not in copies:
-                node = body[cid]
-                if node.head == "Arg":
-                    copies[cid] = record(cid, ENode("Scalar", ("int64", counter))) if node.args[1] == 0 \
-                        else state[node.args[1] - 1]
-                else:
-                    copied = ENode(node.head, tuple(_substitute(arg, copy) for arg in node.args))
-                    copies[cid] = record(cid, copied, node)
-            return copies[cid]
-
-        new_state = [copy(c) for c in results[:n_state]]
+        copies = _copy_trip(body, results, ENode("Scalar", ("int64", counter)), state, record)
         for k, c in enumerate(results[n_state:]):
-            steps[k].append((counter, copy(c)))
-        state = new_state
+            steps[k].append((counter, copies.get(c, c)))
+        state = [copies.get(c, c) for c in results[:n_state]]
     for k, value in enumerate(state):
         if k in gets:
             view.union(gets[k], value)
-    constants = view.encoding.constants
     for k, (type_, values) in enumerate(zip(ys_types, steps)):
         if n_state + k not in gets:
             continue
-        rows = [ENode("Op1", ("reshape", attrs_node({"shape": (1, *type_.shape)}, constants), value))
-                for _, value in sorted(values, key=lambda item: item[0])]
-        stacked = rows[0] if len(rows) == 1 else ENode(
-            {2: "Op2", 3: "Op3"}.get(len(rows), "OpN"),
-            ("concat", attrs_node({"axis": 0}, constants), *(rows if len(rows) <= 3 else [tuple(rows)])))
+        rows = [_reshaped(view, value, (1, *type_.shape)) for _, value in sorted(values, key=lambda item: item[0])]
+        stacked = rows[0] if len(rows) == 1 else concat_node(view, rows, axis=0)
         view.union(gets[n_state + k], stacked)
     return True
 
@@ -249,7 +230,7 @@ def _unroll_by(view, cid: ClassId, loop: ENode, gets: dict[int, ClassId], body: 
 
     def main_loop(inputs) -> ENode:
         return record(cid, ENode("For", (main, ENode("Scalar", ("int64", 0)), ENode("Scalar", ("int64", n)),
-                                         tuple(inputs), (*state, *ys), _loop_attrs(view, attrs_class, n))))
+                                         tuple(inputs), (*state, *ys), loop_attrs(view, attrs_class, n))))
 
     def rest_loop(inputs) -> ENode:  # the last counters, lo + n k to hi
         rest = copy_region(view, region, (BY_K, region, ()))
@@ -257,7 +238,7 @@ def _unroll_by(view, cid: ClassId, loop: ENode, gets: dict[int, ClassId], body: 
                             [ENode("Arg", (rest, 1 + s)) for s in range(n_state)], record)
         return record(cid, ENode("For", (rest, ENode("Scalar", ("int64", lo_value + n * k)), hi, tuple(inputs),
                                          tuple(copies.get(c, c) for c in results),
-                                         _loop_attrs(view, attrs_class, remainder))))
+                                         loop_attrs(view, attrs_class, remainder))))
 
     def carried(loop) -> list[ENode]:
         return [ENode("Get", (loop, s)) for s in range(n_state)]
@@ -349,10 +330,3 @@ def _plus(node: ENode, offset: int, no_attrs) -> ENode:
 
 def _reshaped(view, node: ENode, shape: tuple) -> ENode:
     return ENode("Op1", ("reshape", attrs_node({"shape": shape}, view.encoding.constants), node))
-
-
-def _loop_attrs(view, attrs_class: ClassId, trips: int) -> ENode:
-    """An unrolled loop's attributes: the loop's, with its own trip count."""
-    values = {**view.attrs(attrs_class), "trip_dim": trips}
-    values.pop("trip_guess", None)
-    return attrs_node(values, view.encoding.constants)
