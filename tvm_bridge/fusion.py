@@ -10,7 +10,7 @@ move a use of such a dimension above its definition). Each pass below says which
 from __future__ import annotations
 
 import tvm
-from tvm import relax, tirx
+from tvm import relax, te, tirx, topi
 from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
 
 from .tir_blocks import is_pure_read
@@ -36,7 +36,10 @@ def legalize_and_fuse(target, backend=cpu_generic) -> list:
     without a GPU backend's dlight scheduling, which egad applies itself
     (tvm_bridge/gpu.py)."""
     passes, limit = [], target.attrs.get("max_function_args")
+    on_cpu = target.kind.name in ("llvm", "c")
     for pass_ in backend.legalize_passes(target):
+        if pass_.info.name == "LegalizeOps" and on_cpu:
+            pass_ = relax.transform.LegalizeOps(customize_legalize_map={"relax.scatter_elements": _cpu_scatter})
         if pass_.info.name not in ("FoldConstant", "ApplyDefaultSchedule"):
             passes.append(pass_)
         if pass_.info.name == "AnnotateTIROpPattern":
@@ -46,6 +49,23 @@ def legalize_and_fuse(target, backend=cpu_generic) -> list:
         if pass_.info.name == "FuseOps" and limit is not None:
             passes.append(limit_kernel_buffers(int(limit)))
     return passes
+
+
+def _cpu_scatter(bb: relax.BlockBuilder, call: relax.Call) -> relax.Expr:
+    """relax.scatter_elements on a CPU: TVM's own (topi.scatter_elements) without the
+    `pragma_scope "seq"` attribute its statements are wrapped in, which no CPU code
+    generator knows: LLVM's warned "Unknown pragma pragma_scope" at every build of a
+    program with a scatter (an embedding's or a gather's gradient), in the demo's output
+    too. The statements inside run in order with or without it."""
+    def scatter(data, indices, updates, axis, reduction):
+        op = topi.scatter_elements(data, indices, updates, axis, reduction).op
+        body = op.body
+        if isinstance(body, tirx.AttrStmt) and body.attr_key == "pragma_scope":
+            body = body.body
+        return te.ExternOp(op.name, op.tag, op.attrs, op.inputs, op.input_placeholders, op.output_placeholders,
+                           body).output(0)
+
+    return bb.call_te(scatter, *call.args, call.attrs.axis, call.attrs.reduction, primfunc_name_hint="scatter_elements")
 
 
 def limit_kernel_buffers(limit: int):

@@ -33,6 +33,23 @@ def test_index_add_matches_the_interpreter(targets, dtype):
     assert np.isnan(got).sum() == np.isnan(want).sum() >= 1
 
 
+def test_a_scatter_builds_without_warnings_from_the_cpu_code_generator(capfd):
+    """TVM's scatter wraps its loops in a `pragma_scope` no CPU code generator knows; LLVM
+    printed a warning for it at every build (tvm_bridge/fusion.py `_cpu_scatter`)."""
+    targets = index.FEW_TARGET_ROWS + 1
+    x, rows = np.zeros((targets, 4), np.float32), np.array([3, -1, 3, 0])
+    values = RNG.standard_normal((4, 4)).astype(np.float32)
+    program = egad.trace(add_rows, x, rows, values)
+    capfd.readouterr()
+    compiled = build(program, cache=BuildCache(None))
+    got = compiled(x, rows, values)
+    assert "scatter_elements" in compiled.relax_text
+    assert "pragma" not in capfd.readouterr().err
+    expected = x.copy()
+    np.add.at(expected, rows, values)
+    np.testing.assert_allclose(got, expected, rtol=1e-6)
+
+
 def test_index_add_over_a_symbolic_row_count_builds_once():
     program = egad.trace(add_rows, egad.Spec((4, 8), "float32"), egad.Spec(("N",), "int64"),
                          egad.Spec(("N", 8), "float32"))
