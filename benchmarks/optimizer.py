@@ -260,8 +260,8 @@ def _ranks(values) -> list[float]:
     return ranks
 
 
-SECTIONS = {"lstm": lstm_section, "gnmt": gnmt_section, "unroll": unroll_section, "corpus": corpus_section, "saturation": saturation_section,
-            "ranking": ranking_section}
+SECTIONS = {"lstm": lstm_section, "gnmt": gnmt_section, "unroll": unroll_section, "corpus": corpus_section,
+            "saturation": saturation_section, "ranking": ranking_section}
 
 
 def _print_rows(rows: list[dict]) -> None:

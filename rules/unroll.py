@@ -292,8 +292,9 @@ def _row_blocks(view, body: dict[ClassId, ENode], region: int, lo: int, n: int, 
     """Body class -> (block, length, rank) for each row read `take(X, i, axis=0)` of an
     invariant X at the counter i, where X holds rows lo to lo + n k: X's rows as n
     blocks of k, `block` the one of the outer trip (one take a trip, of `rank` axes),
-    `length` the leading dim of one row in it. Copy j reads its row as a slice of the block, which the lowering fuses
-    into the op reading it, instead of computing its counter and taking a row."""
+    `length` the leading dim of one row in it. Copy j reads its row as a slice of the
+    block, which the lowering fuses into the op reading it, instead of computing its
+    counter and taking a row."""
     counter = next((cid for cid, node in body.items() if node == ENode("Arg", (region, 0))), None)
     if counter is None or lo < 0:
         return {}
