@@ -341,6 +341,30 @@ def test_unroll_by_k_of_a_gradients_loops_keeps_the_gradient():
     assert_same_results(egad.interpret(program.program, *args), egad.interpret(gradient, *args))
 
 
+@pytest.mark.parametrize("k", [3, 4])
+def test_unroll_by_k_of_loops_inside_a_loop(k, monkeypatch):
+    """Inner loops (one reading a value of the outer trip, one reversed with ys) unrolled
+    inside their outer loop's region, as written and in the gradient."""
+    monkeypatch.setattr(unroll, "UNROLL_FACTORS", (k,))
+
+    def nested(xs, h0):
+        def outer(t, h):
+            a = enp.sin(h) * 0.1 + 0.5
+            inner = egad.fori_loop(0, 10, lambda i, g: g * a + xs[i] * t, h)
+            _, ys = egad.scan(lambda c, x: (c * 0.9 + x, c + a), inner, xs, reverse=True)
+            return inner + enp.sum(ys, axis=0)
+
+        return egad.fori_loop(0, 3, outer, h0)
+
+    args = (np.random.default_rng(k).standard_normal((10, 2, 3)), np.random.default_rng(0).standard_normal((2, 3)))
+    program = egad.trace(nested, *args)
+    gradient = egad.value_and_grad(egad.trace(lambda *a: enp.sum(nested(*a) ** 2), *args), wrt=(0, 1))
+    for original in (program, gradient):
+        unrolled = Optimized(original, ["unroll"] if original is program else None)
+        assert "unroll-by-k" in unrolled.chosen_rules()
+        assert_same_results(egad.interpret(unrolled.program, *args), egad.interpret(original, *args))
+
+
 def test_the_cost_model_unrolls_a_small_body_by_k():
     """An explicit Euler loop's trip is two small kernels: k of them a trip save the
     loop's control on all but one trip in k (the lowering fuses them, too)."""
