@@ -32,11 +32,12 @@ kernels: the loop's control is paid once per k trips, and the Relax lowering fus
 the copies' elementwise chains into one kernel, which the cost model does not count
 (it predicts less than is measured: benchmarks/optimizer.py's unroll section).
 Assumes what the full unrolling does (tape-free, no control node in the body, static
-ys shapes), more than `MAX_TRIPS` trips (a short loop is written out instead) and at
-least 2 k, body classes times k at most `MAX_BY_K_COPIES`, and no value of the body
-larger than `MAX_BY_K_ELEMENTS` (a trip over large values is work, not control, and
-copies of it only grow the e-graph: GNMT-lite's and the LSTM's loops are left alone);
-the copies are written from each class's latest recorded node (rules/loop_body.py).
+ys shapes), at least `MIN_BY_K_TRIPS` trips (a short loop is written out instead, and
+a loop of a few dozen trips has little control to save) and 2 k, body classes times k
+at most `MAX_BY_K_COPIES`, and no value of the body larger than `MAX_BY_K_ELEMENTS` (a
+trip over large values is work, not control, and copies of it only grow the e-graph:
+GNMT-lite's and the LSTM's loops are left alone); the copies are written from each
+class's latest recorded node (rules/loop_body.py).
 Loops whose trip count is known only at run time are left alone (their ys could not
 be joined with static shapes, and the split needs a run-time division).
 """
@@ -66,6 +67,10 @@ MAX_BY_K_COPIES = 64
 # elements of the largest value of a body unroll-by-k copies: a kernel over more runs
 # longer than its dispatch (~3 us on a CPU), so saving control is not worth the copies
 MAX_BY_K_ELEMENTS = 4096
+# trips of the shortest loop unroll-by-k copies: it saves at most T (1 - 1/k) control
+# dispatches, under ~100 us a run below this, which GNMT-lite's 12-step loops (the demo's)
+# never repaid for the 350 e-nodes of their copies (saturation then hit its time limit)
+MIN_BY_K_TRIPS = 32
 
 
 @UNROLL.transformer("unroll-short-loop", "a for loop of at most 8 known trips, tape-free and flat, is its body "
@@ -184,8 +189,8 @@ def _small_body(view, loop: ENode) -> dict[ClassId, ENode] | None:
     applies to the loop: known trips, a body of pure ops only, static ys; else None."""
     region, lo, hi, inits, results, _ = loop.args
     lo_value, hi_value = int_constant(view, lo), int_constant(view, hi)
-    if lo_value is None or hi_value is None or hi_value - lo_value <= MAX_TRIPS or not UNROLL_FACTORS:
-        return None  # a short loop's alternative is its full unrolling
+    if lo_value is None or hi_value is None or hi_value - lo_value < MIN_BY_K_TRIPS or not UNROLL_FACTORS:
+        return None  # (a short loop's alternative is its full unrolling)
     if any(not isinstance(t, TensorType) or not t.is_static for t in map(view.types.get, results[len(inits):])):
         return None
     walked = loop_body(view, region, results, view.facts.invariant.get(region, set()))

@@ -299,14 +299,14 @@ def test_unroll_keeps_results(args):
 
 
 def long_loops(xs, h0):
-    h = egad.fori_loop(0, 11, lambda i, h: enp.tanh(h * 0.5 + xs[i]), h0)  # reads its counter
+    h = egad.fori_loop(0, 35, lambda i, h: enp.tanh(h * 0.5 + xs[i]), h0)  # reads its counter
     h2, ys = egad.scan(lambda h, x: (enp.tanh(h * 0.9 + x), h * 2.0), h0, xs, reverse=True)  # ys in counter order
-    h3 = egad.fori_loop(1, 13, lambda i, h: h * 0.5 + 1.0, h0)  # reads no counter
-    h4 = egad.fori_loop(2, 11, lambda i, h: h + xs[i] * i, h0)  # a row read from lo = 2, and the counter itself
+    h3 = egad.fori_loop(1, 37, lambda i, h: h * 0.5 + 1.0, h0)  # reads no counter
+    h4 = egad.fori_loop(2, 35, lambda i, h: h + xs[i] * i, h0)  # a row read from lo = 2, and the counter itself
     return h, h2, ys, h3, h4
 
 
-LONG_SHAPES = dict(xs=(11, 2, 3), h0=(2, 3))
+LONG_SHAPES = dict(xs=(35, 2, 3), h0=(2, 3))
 
 
 @pytest.mark.parametrize("k", [2, 3, 4])
@@ -314,15 +314,15 @@ LONG_SHAPES = dict(xs=(11, 2, 3), h0=(2, 3))
 @given(args=st.fixed_dictionaries({name: floats(*shape) for name, shape in LONG_SHAPES.items()}))
 def test_unroll_by_k_keeps_results(k, args, monkeypatch):
     """Each loop as k copies of its body a trip, then (a reversed loop: first) a remainder
-    loop of the last 11 % k or 12 % k counters; ys joined in counter order."""
+    loop of the last 35 % k, 36 % k or 33 % k counters; ys joined in counter order."""
     monkeypatch.setattr(unroll, "UNROLL_FACTORS", (k,))
     args = tuple(args[name] for name in LONG_SHAPES)
     program = optimized(f"long-by-{k}", lambda: egad.trace(long_loops, *args), ["unroll"])
     check_family(program, args, {"unroll-by-k"})
     loops = loops_of(program.program)
     tanh_per_trip = sorted(ops_of(loop.regions[0]).count("tanh") for loop in loops)
-    remainders = [1] * (2 * (11 % k > 0))  # h's and h2's remainder loops: one trip a trip
-    no_tanh = [0] * (2 + (12 % k > 0) + (9 % k > 0))  # h3's and h4's loops
+    remainders = [1] * (2 * (35 % k > 0))  # h's and h2's remainder loops: one trip a trip
+    no_tanh = [0] * (2 + (36 % k > 0) + (33 % k > 0))  # h3's and h4's loops
     assert tanh_per_trip == sorted(no_tanh + remainders + [k, k]), program.program
 
 
@@ -350,13 +350,13 @@ def test_unroll_by_k_of_loops_inside_a_loop(k, monkeypatch):
     def nested(xs, h0):
         def outer(t, h):
             a = enp.sin(h) * 0.1 + 0.5
-            inner = egad.fori_loop(0, 10, lambda i, g: g * a + xs[i] * t, h)
+            inner = egad.fori_loop(0, 34, lambda i, g: g * a + xs[i] * t, h)
             _, ys = egad.scan(lambda c, x: (c * 0.9 + x, c + a), inner, xs, reverse=True)
             return inner + enp.sum(ys, axis=0)
 
         return egad.fori_loop(0, 3, outer, h0)
 
-    args = (np.random.default_rng(k).standard_normal((10, 2, 3)), np.random.default_rng(0).standard_normal((2, 3)))
+    args = (np.random.default_rng(k).standard_normal((34, 2, 3)), np.random.default_rng(0).standard_normal((2, 3)))
     program = egad.trace(nested, *args)
     gradient = egad.value_and_grad(egad.trace(lambda *a: enp.sum(nested(*a) ** 2), *args), wrt=(0, 1))
     for original in (program, gradient):

@@ -122,6 +122,14 @@ def euler_ode(y0, rate, amp, y_stop):
     return t, y, k
 
 
+@plain("euler_fixed")
+def euler_fixed(y0, rate, forcing):
+    y = y0
+    for t in range(forcing.shape[0]):  # static: a loop, not 40 copies
+        y = y + 0.05 * (forcing[t] - rate * y)
+    return y
+
+
 @plain("scan_ys")
 def scan_ys(xs, decay, h0):
     h, ys = h0, []

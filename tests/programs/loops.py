@@ -255,6 +255,27 @@ def euler_ode_args(rng):
     )
 
 
+# --- fori_loop: Euler ODE with fixed steps and a forcing term -------------------------
+
+
+def euler_fixed_fn(y0, rate, forcing):
+    """Explicit Euler for y' = forcing[t] - rate*y, one fixed step per forcing row (40):
+    a small body run many times, the loop rules/unroll.py's unroll-by-k is for."""
+    dt = 0.05
+    return egad.fori_loop(0, forcing.shape[0], lambda t, y: y + dt * (forcing[t] - rate * y), y0)
+
+
+def euler_fixed_ref(y0, rate, forcing):
+    y = y0
+    for row in forcing:
+        y = y + 0.05 * (row - rate * y)
+    return y
+
+
+def euler_fixed_args(rng):
+    return _normal(rng, (3,)), _uniform(rng, 0.5, 2.0), _normal(rng, (40, 3))
+
+
 # --- scan with per-step outputs ---------------------------------------------------
 
 
@@ -662,6 +683,8 @@ PROGRAMS = [
     CorpusProgram("euler_ode", euler_ode_fn, euler_ode_ref, euler_ode_args,
                   differentiable_argnums=(0, 1, 2),
                   tags=("while", "euler", "state-dependent-stop", "int-counter")),
+    CorpusProgram("euler_fixed", euler_fixed_fn, euler_fixed_ref, euler_fixed_args,
+                  differentiable_argnums=(0, 1, 2), tags=("fori", "euler", "static-bounds", "traced-index")),
     CorpusProgram("scan_ys", scan_ys_fn, scan_ys_ref, scan_ys_args,
                   differentiable_argnums=(0, 1, 2), tags=("scan", "ys")),
     CorpusProgram("scan_reverse", scan_reverse_fn, scan_reverse_ref, scan_reverse_args,
