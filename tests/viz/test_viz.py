@@ -11,7 +11,6 @@ import pytest
 
 import egad
 from egad import viz
-from egad.rules import unroll
 from egad.viz_data import page_data, relative_path
 
 from .conftest import rnn_args, rnn_loss
@@ -125,10 +124,7 @@ def test_classes_are_grouped_in_nested_region_frames(rnn_optimization):
     frames = {f["id"]: f for f in data["frames"]}
     assert frames["r0"]["parent"] is None
     loops = [f for f in frames.values() if f["kind"] in ("for", "reverse for")]
-    assert all(f["parent"] == "r0" for f in loops)
-    # the loops as written run 12 trips; unroll-by-k's copies of them 12 // k, with no remainder
-    assert sum(f["trips"] == 12 for f in loops) >= 2
-    assert all(f["trips"] in {12 // k for k in (1, *unroll.UNROLL_FACTORS)} for f in loops)
+    assert len(loops) >= 2 and all(f["parent"] == "r0" and f["trips"] == 12 for f in loops)
     assert all(f["loc"].startswith("conftest.py:") for f in loops)
     for chain in data["critical"]:  # each chain runs inside its own loop's frame
         classes = {c["id"]: c for c in data["classes"]}
