@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import tvm
 from tvm import relax, te, tirx, topi
+from tvm.relax.backend.utils import BackendDispatcher
 from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
 
 from .tir_blocks import is_pure_read
@@ -36,9 +37,9 @@ def legalize_and_fuse(target, backend=cpu_generic) -> list:
     without a GPU backend's dlight scheduling, which egad applies itself
     (tvm_bridge/gpu.py)."""
     passes, limit = [], target.attrs.get("max_function_args")
-    on_cpu = target.kind.name in ("llvm", "c")
+    tvm_scatters_on_cpu = not BackendDispatcher.is_gpu_target(target)  # TVM's own test for topi's CPU scatter
     for pass_ in backend.legalize_passes(target):
-        if pass_.info.name == "LegalizeOps" and on_cpu:
+        if pass_.info.name == "LegalizeOps" and tvm_scatters_on_cpu:
             pass_ = relax.transform.LegalizeOps(customize_legalize_map={"relax.scatter_elements": _cpu_scatter})
         if pass_.info.name not in ("FoldConstant", "ApplyDefaultSchedule"):
             passes.append(pass_)

@@ -46,7 +46,8 @@ def test_a_gradient_loop_body_runs_without_parameter_checks_and_main_keeps_its_o
     compiled = build(gradient, cache=BuildCache(None))
     checks = _checks_per_function(compiled)
     assert checks["main"]["check_tensor_info"] == 3, checks  # W, xs, h0
-    # the adjoint body still checks the rows it pops (a driver's results, not its parameters)
+    # no body checks a parameter's rank and dtype (the adjoint body may still match_shape the rows it pops:
+    # a driver's results, not its parameters)
     assert all("check_tensor_info" not in calls for function, calls in checks.items() if function != "main"), checks
     assert checks.get("body_1", {}) == {}, checks
     for got, want in zip(compiled(*args), egad.interpret(gradient, *args)):
