@@ -437,6 +437,25 @@ def test_elementwise_function_is_parallel_and_vectorized():
     assert {"parallel", "vectorized"} <= loop_kinds(func)
 
 
+
+def concat_gates(a, b, c, d):
+    return enp.concatenate([a, b, c, d], axis=1)
+
+
+@pytest.mark.parametrize("rows, parallel", [(32, False), (256, True)])
+def test_a_concatenation_runs_parallel_only_when_large(rows, parallel):
+    """Moving data runs at memory speed: a small concatenation (an LSTM's four gate
+    gradients, 32 x 1024, every reverse step) is faster serial than through a parallel
+    launch; a large one (256 x 1024) is not. A polynomial of as many elements is parallel."""
+    args = [f32(rows, 256) for _ in range(4)]
+    (func,) = scheduled_prim_funcs(concat_gates, *args).values()
+    assert func.attrs["egad.schedule_rule"] == "elementwise-parallel-vector"
+    assert ("parallel" in loop_kinds(func)) == parallel
+    assert "vectorized" in loop_kinds(func)
+    check_against_interpreter(concat_gates, *args)
+    (heavy,) = scheduled_prim_funcs(lambda a: enp.tanh(a), f32(rows, 1024)).values()
+    assert "parallel" in loop_kinds(heavy)
+
 def tanh_chain(a):
     for _ in range(8):  # float32 tanh reads its input a dozen times (a polynomial)
         a = enp.tanh(a * 0.5) + a
