@@ -179,8 +179,11 @@ def _extract(encoding: Encoding, snapshot: Snapshot, model: CostModel) -> Extrac
     try:
         for group in _copied_loops_taken(encoding, snapshot, extraction):
             best = cheaper_without(group, best)
-        for group in _shared_alternatives(best[1], best[2])[:MAX_SHARING_TRIES]:
+        groups = _shared_alternatives(best[1], best[2])[:MAX_SHARING_TRIES]
+        for group in groups:
             best = cheaper_without(group, best)
+        if len(groups) > 1:  # groups that pay only together: two contractions of the same slices
+            best = cheaper_without(frozenset().union(*groups), best)
     except ExtractionTimeLimit:
         pass  # the alternatives not tried are left out: the best extraction so far
     return best[2]

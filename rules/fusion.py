@@ -16,14 +16,21 @@ product would compute it outside its branch, tape pops included. Each output col
 own weight column, so slicing the fused product gives the same sums (a BLAS may
 block them differently, so the last bits can differ).
 Elementwise chains are fused by the lowering, not here.
+
+The adjoint side: `fuse-matmul-sum` makes the reverse loop concatenate the gates'
+gradients; `stack-concatenated-rows` then stacks that concatenation instead of each
+gradient, and `fuse-einsums-of-slices` turns the gates' weight-gradient contractions
+(batching's, after the loop) into one per weight, sliced.
 """
 from __future__ import annotations
 
 from egad.egraph.attrs import NO_ATTRS, attrs_node
 from egad.egraph.enode import ClassId, ENode
+from egad.ir import ops
 from egad.ir.types import TensorType
 
-from .patterns import concat_node, is_concat
+from .loop_body import copy_body, copy_recorder, copy_region, loop_body
+from .patterns import OP_HEADS, concat_node, is_concat
 from .registry import family
 
 FUSION = family("fusion", __doc__)
@@ -190,3 +197,180 @@ def _row_of_invariant(view, cid: ClassId) -> bool:
 def _holds_fused_matmul(view, cid: ClassId) -> bool:
     return any(node.head == "Op2" and node.args[0] == "matmul" and is_concat(view, node.args[3])
                for node in view.snapshot.nodes[cid])
+
+
+@FUSION.transformer("stack-concatenated-rows",
+                    "ys rows y1..yk of a for loop whose body also concatenates them = slices of the stacked "
+                    "concatenation: one row stacked a step instead of k, and contractions of the rows fuse",
+                    reads=("batch-weight-gradient", "fuse-matmul-sum"))
+def stack_concatenated_rows(view) -> int:
+    """The reverse loop of fused gates computes `dz = concat(dz_i, dz_f, dz_g, dz_o)` for
+    `fuse-matmul-sum`'s product and stacks each `dz_*` for the weight gradients after
+    the loop (`batch-weight-gradient`). A new loop stacks `dz` instead, and each stacked
+    `dz_*` is a slice of it along the concatenated axis: the gate kernels then write
+    straight into the concatenation (nothing else reads them), and the contractions of
+    the four slices are one (`fuse-einsums-of-slices`). Stacking takes row i of every
+    trip to row i of the stack, so slicing the stack of concatenations gives the stack of
+    each operand, exactly.
+
+    Assumes: a `for` loop with its `trip_dim` set, a concat (static sizes along its
+    axis) whose operands are distinct ys of the loop. The new loop is a copy (rules/
+    loop_body.py) with the same state, the other ys, and the concatenation last; its
+    body holds no control node and no tape allocation."""
+    snapshot, types = view.snapshot, view.types
+    concats = [(cid, node) for cid, members in snapshot.nodes.items() for node in members
+               if node.head.startswith("Op") and node.args[0] == "concat" and len(_term_inputs(node)) > 1]
+    if not concats:
+        return 0
+    outputs = view.outputs()
+    stacked = 0
+    for loop_class, members in snapshot.nodes.items():
+        for loop in members:
+            gets = outputs.get(loop_class, {})
+            if loop.head != "For" or not gets or _rewritten_by_this_rule(view, gets):
+                continue
+            region, lo, hi, inits, results, attrs_class = loop.args
+            if view.attrs(attrs_class).get("trip_dim") is None:
+                continue
+            ys = results[len(inits):]
+            position: dict[ClassId, int] = {}
+            for j, y in enumerate(ys):
+                position.setdefault(y, j)
+            for concat_class, concat in concats:
+                parts = _term_inputs(concat)
+                if len(set(parts)) == len(parts) and all(part in position for part in parts) \
+                        and _stack_concatenation(view, loop, gets, concat_class, concat, position):
+                    stacked += 1
+                    break
+    return stacked
+
+
+def _rewritten_by_this_rule(view, gets: dict[int, ClassId]) -> bool:
+    """The loop's outputs already hold the running rule's nodes: an old loop or its new one."""
+    origins = view.editor.origins
+    return any(origins.get(n) is not None and origins[n].site == view.site
+               for get in gets.values() for n in view.snapshot.nodes[get])
+
+
+def _stack_concatenation(view, loop: ENode, gets: dict[int, ClassId], concat_class: ClassId, concat: ENode,
+                         position: dict[ClassId, int]) -> bool:
+    types = view.types
+    region, lo, hi, inits, results, attrs_class = loop.args
+    n_state = len(inits)
+    parts = _term_inputs(concat)
+    concat_type = types.get(concat_class)
+    if not isinstance(concat_type, TensorType):
+        return False
+    axis = view.attrs(concat.args[1])["axis"] % concat_type.ndim
+    widths = [types[part].shape[axis] if isinstance(types.get(part), TensorType) else None for part in parts]
+    if not all(isinstance(width, int) for width in widths):
+        return False
+    ys = results[n_state:]
+    concatenated = {position[part] for part in parts}
+    kept = [j for j in range(len(ys)) if j not in concatenated]
+    new_results = list(results[:n_state]) + [ys[j] for j in kept] + [concat_class]
+    walked = loop_body(view, region, new_results, view.facts.invariant.get(region, set()))
+    if walked is None:
+        return False
+    body, _ = walked
+    new_region = copy_region(view, region)
+    record = copy_recorder(view)
+    copies = copy_body(body, lambda index: ENode("Arg", (new_region, index)), record)
+    new_loop = record(view.snapshot.index[loop], ENode("For", (new_region, lo, hi, inits,
+                                                              tuple(copies.get(c, c) for c in new_results),
+                                                              attrs_class)))
+    for k, get in sorted(gets.items()):
+        if k < n_state:
+            view.union(get, ENode("Get", (new_loop, k)))
+        elif k - n_state in kept:
+            view.union(get, ENode("Get", (new_loop, n_state + kept.index(k - n_state))))
+    stack = ENode("Get", (new_loop, len(new_results) - 1))
+    start = 0
+    for part, width in zip(parts, widths):
+        get = gets.get(n_state + position[part])
+        if get is not None:  # stacked axis first, then the row's: the concatenated axis is 1 + axis
+            index = ((None, None, None),) * (1 + axis) + ((start, start + width, None),) \
+                + ((None, None, None),) * (concat_type.ndim - axis - 1)
+            view.union(get, ENode("Op1", ("slice", attrs_node({"index": index}, view.encoding.constants), stack)))
+        start += width
+    return True
+
+
+@FUSION.transformer("fuse-einsums-of-slices",
+                    "einsum(.., C[.., r1], ..), ..., einsum(.., C[.., rk], ..) for slices r1..rk tiling an axis of C "
+                    "that the output keeps = slices of einsum(.., C, ..): one contraction instead of k",
+                    reads=("batch-weight-gradient", "fuse-matmul-sum", "stack-concatenated-rows"))
+def fuse_einsums_of_slices(view) -> int:
+    """After `stack-concatenated-rows`, the weight gradients of fused gates are
+    `einsum('tki,tkj->ij', hs, dz[:, :, r_g])` for each gate's columns r_g: one
+    contraction of `hs` with all of `dz`, sliced, computes the same sums (each output
+    column reads only its own column of `dz`), in one kernel that reads `hs` once.
+    Slices of one class along one axis whose letter only that operand and the output
+    carry (not summed, not on a diagonal), the other operands and the spec the same,
+    tiling the axis from 0 to its end with no gap or overlap; the contraction is
+    blocked differently, so float sums can differ in the last bits."""
+    snapshot, types = view.snapshot, view.types
+    slices = {cid: found for cid in snapshot.nodes if (found := _axis_slices(view, cid))}
+    if not slices:
+        return 0
+    groups: dict[tuple, dict[tuple[int, int], ClassId]] = {}  # (spec, operands, position, C, axis) -> ranges
+    for cid, members in snapshot.nodes.items():
+        for node in members:
+            if not node.head.startswith("Op") or node.args[0] != "einsum":
+                continue
+            operands = _term_inputs(node)
+            spec = view.attrs(node.args[1])["spec"]
+            if "." in spec or not all(isinstance(types.get(o), TensorType) for o in operands):
+                continue
+            terms, output = ops.parse_einsum(spec, [types[o].ndim for o in operands])
+            for p, operand in enumerate(operands):
+                for sliced, axis, start, stop in slices.get(operand, ()):
+                    letter = terms[p][axis]
+                    if terms[p].count(letter) != 1 or output.count(letter) != 1 \
+                            or any(letter in term for q, term in enumerate(terms) if q != p):
+                        continue
+                    key = (spec, tuple(operands[:p]), tuple(operands[p + 1:]), sliced, axis)
+                    groups.setdefault(key, {}).setdefault((start, stop), cid)
+    fused = 0
+    for (spec, before, after, sliced, axis), ranges in groups.items():
+        bounds = sorted(ranges)
+        length = types[sliced].shape[axis]
+        if len(bounds) < 2 or bounds[0][0] != 0 or bounds[-1][1] != length \
+                or any(a[1] != b[0] for a, b in zip(bounds, bounds[1:])):
+            continue
+        operands = (*before, sliced, *after)
+        terms, output = ops.parse_einsum(spec, [types[o].ndim for o in operands])
+        whole = ENode(OP_HEADS.get(len(operands), "OpN"),
+                      ("einsum", attrs_node({"spec": spec}, view.encoding.constants),
+                       *(operands if len(operands) <= 3 else (tuple(operands),))))
+        out_axis = output.index(terms[len(before)][axis])
+        for start, stop in bounds:
+            index = ((None, None, None),) * out_axis + ((start, stop, None),) \
+                + ((None, None, None),) * (len(output) - out_axis - 1)
+            view.union(ranges[start, stop], ENode("Op1", ("slice", attrs_node({"index": index},
+                                                                                view.encoding.constants), whole)))
+        fused += 1
+    return fused
+
+
+def _axis_slices(view, cid: ClassId) -> list[tuple[ClassId, int, int, int]]:
+    """(C, axis, start, stop) for each node of the class slicing a static C along one
+    axis, unit step, every other axis whole."""
+    found = []
+    for node in view.snapshot.nodes[cid]:
+        if node.head != "Op1" or node.args[0] != "slice":
+            continue
+        source_type = view.types.get(node.args[2])
+        if not isinstance(source_type, TensorType) or not all(isinstance(d, int) for d in source_type.shape):
+            continue
+        cut = []
+        for axis, (entry, dim) in enumerate(zip(view.attrs(node.args[1])["index"], source_type.shape)):
+            start, stop, step = slice(*entry).indices(dim)
+            if step != 1:
+                break
+            if (start, stop) != (0, dim):
+                cut.append((axis, start, stop))
+        else:
+            if len(cut) == 1 and cut[0][1] < cut[0][2]:
+                found.append((node.args[2], *cut[0]))
+    return found

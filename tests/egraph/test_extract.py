@@ -19,6 +19,7 @@ import egad.numpy as enp
 from egad.cost_model import TARGETS, Work, loop_time, recurrence_per_trip, target_constants
 from egad.egraph import Snapshot, decode, encode, extract_inserted
 from egad.egraph.extraction import Extraction
+from egad.pytree import flatten
 from egad.egraph.language import Term, literal, op
 from egad.errors import EgadError
 from egad.extract import CostModel, extract, predicted_cost, trip_count_guesses
@@ -377,3 +378,41 @@ def test_the_shared_fused_input_projection_is_batched_out_of_the_loop():
     assert [b.outputs[0].type.shape for b in in_loop] == [(B, 4 * H)]  # h @ [Ui Uf Ug Uo]
     # float32 products of fused weights round differently from the four separate ones (BLAS blocks them otherwise)
     np.testing.assert_allclose(egad.interpret(optimized.program, *args), egad.interpret(program, *args), rtol=1e-5)
+
+
+def test_the_weight_gradients_of_fused_gates_are_one_contraction_per_weight(monkeypatch):
+    """After the reverse loop, the weight gradients of four gates are four contractions
+    of `xs` and four of the stacked h, each with one gate's dz. The loop stacks the four
+    dz concatenated (`stack-concatenated-rows`) and one contraction per operand serves
+    all four gates (`fuse-einsums-of-slices`), but only when both groups of four switch
+    together: one alone still slices the stacked dz for the other. `extract` tries the
+    groups of shared alternatives together too."""
+    from egad import extract as extract_module
+    from egad import optimizer
+    from egad.optimizer import optimize_program
+    from tests.egraph.test_rules import gated_cell
+
+    T, B, I, H = 16, 8, 16, 32
+    rng = np.random.default_rng(0)
+    shapes = [(T, B, I), *[(I, H)] * 4, *[(H, H)] * 4, (B, H), (B, H)]
+    args = tuple((rng.standard_normal(shape) * 0.2).astype("float32") for shape in shapes)
+    gradient = egad.value_and_grad(egad.trace(gated_cell, *args), wrt=tuple(range(11)))
+
+    def weight_contractions(program) -> list:
+        return sorted(b.outputs[0].type.shape for b in program.region.bindings
+                      if b.op == "einsum" and b.attrs["spec"] == "tki,tkj->ij")
+
+    optimized = optimize_program(gradient, ["batching", "fusion"], check_args=args)
+    assert optimized.fallback is None
+    assert weight_contractions(gradient) == []  # AD accumulates them in the reverse loop
+    assert weight_contractions(optimized.program) == [(I, 4 * H), (H, 4 * H)]
+    reverse = next(b for b in optimized.program.region.bindings if b.op == "for" and b.attrs["reverse"])
+    stacked = [v.type.shape for v in reverse.outputs[reverse.attrs["n_state"]:]]
+    assert (T, B, 4 * H) in stacked and stacked.count((T, B, H)) == 1  # the four dz in one row a step; h
+    for got, want in zip(flatten(egad.interpret(optimized.program, *args))[0], flatten(egad.interpret(gradient, *args))[0]):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+    monkeypatch.setattr(extract_module, "MAX_SHARING_TRIES", 1)  # one group at a time, never both
+    monkeypatch.setattr(optimizer, "_CACHE", {})
+    alone = optimize_program(gradient, ["batching", "fusion"])
+    assert len(weight_contractions(alone.program)) > 2

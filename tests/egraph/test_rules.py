@@ -257,6 +257,42 @@ def test_fusion_keeps_results(args):
     check_family(gradient, args, {"fuse-shared-operand-matmuls", "fuse-matmul-sum"})
 
 
+
+@SETTINGS
+@given(args=st.fixed_dictionaries({name: floats(*shape) for name, shape in GATED_SHAPES.items()}))
+def test_stacked_gate_gradients_fused_keep_results(args):
+    """With batching, the reverse loop stacks each gate's dz for the weight gradients and
+    concatenates them for dh: it stacks the concatenation instead, and the contractions
+    of its slices become one per weight kind."""
+    args = tuple(args[name] for name in GATED_SHAPES)
+    gradient = optimized("gated-gradient-batched", lambda: egad.value_and_grad(
+        egad.trace(gated_cell, *args), wrt=tuple(range(11))), ["batching", "fusion"])
+    check_family(gradient, args, {"batch-weight-gradient", "stack-concatenated-rows", "fuse-einsums-of-slices"})
+
+
+def two_column_blocks(a, b):
+    return enp.einsum("ki,kj->ij", a, b[:, :2]), enp.einsum("ki,kj->ij", a, b[:, 2:])
+
+
+def column_blocks_with_a_gap(a, b):
+    return enp.einsum("ki,kj->ij", a, b[:, :2]), enp.einsum("ki,kj->ij", a, b[:, 3:])
+
+
+def summed_column_blocks(a, b):  # j is summed: the whole of b would sum all of its columns into each
+    return enp.einsum("ki,kj->i", a, b[:, :2]), enp.einsum("ki,kj->i", a, b[:, 2:])
+
+
+@SETTINGS
+@given(a=floats(5, 3), b=floats(5, 4))
+@pytest.mark.parametrize("fn, fused", [(two_column_blocks, True), (column_blocks_with_a_gap, False),
+                                       (summed_column_blocks, False)])
+def test_einsums_of_slices_tiling_a_kept_axis_become_one(fn, fused, a, b):
+    program = optimized(fn.__name__, lambda: egad.trace(fn, a, b), ["fusion"])
+    assert (program.report.matches["fuse-einsums-of-slices"] > 0) == fused
+    einsums = [x for x in program.program.region.bindings if x.op == "einsum"]
+    assert len(einsums) == (1 if fused else 2)
+    assert_same_results(egad.interpret(program.program, a, b), egad.interpret(program.original, a, b))
+
 def control_program(x):
     def body(t, h):
         h = egad.cond(t - t < 1, lambda h: enp.sin(h), lambda h: enp.cos(h), h)  # -> fold-int-comparison, if-constant
