@@ -179,11 +179,8 @@ def _extract(encoding: Encoding, snapshot: Snapshot, model: CostModel) -> Extrac
     try:
         for group in _copied_loops_taken(encoding, snapshot, extraction):
             best = cheaper_without(group, best)
-        groups = _shared_alternatives(best[1], best[2])[:MAX_SHARING_TRIES]
-        for group in groups:
+        for group in _shared_alternatives(best[1], best[2])[:MAX_SHARING_TRIES]:
             best = cheaper_without(group, best)
-        if len(groups) > 1:  # groups that pay only together: two contractions of the same slices
-            best = cheaper_without(frozenset().union(*groups), best)
     except ExtractionTimeLimit:
         pass  # the alternatives not tried are left out: the best extraction so far
     return best[2]
@@ -205,7 +202,8 @@ MAX_SHARING_TRIES = 8
 def _shared_alternatives(extractor, extraction: Extraction) -> list[frozenset]:
     """Groups of nodes to ban together: for each class that no chosen node reads but
     slices in two or more chosen classes do, every node of those classes except
-    their slices of it (largest groups first)."""
+    their slices of it, or of another such class sliced in the same classes (largest
+    groups first)."""
     chosen_classes = set(extraction.choice)
     readers: dict[ClassId, set] = defaultdict(set)
     for cid, node in extraction.choice.items():
@@ -215,9 +213,15 @@ def _shared_alternatives(extractor, extraction: Extraction) -> list[frozenset]:
             (child,) = node_inputs(alternative)
             if child not in chosen_classes:
                 readers[child].add(cid)
+    # the values that slices in the same classes could serve (one per alternative of a
+    # loop that computes them) are tried together: each class reads whichever is cheapest
+    shared_by: dict[frozenset, set] = defaultdict(set)
+    for child, classes in readers.items():
+        if len(classes) > 1:
+            shared_by[frozenset(classes)].add(child)
     groups = {frozenset(node for cid in classes for node in extractor.nodes[cid]
-                        if not (_is_slice(node) and node_inputs(node) == [child]))
-              for child, classes in readers.items() if len(classes) > 1}
+                        if not (_is_slice(node) and node_inputs(node)[0] in children))
+              for classes, children in shared_by.items()}
     return sorted(groups, key=lambda group: (-len(group), sorted(map(str, group))))
 
 
@@ -230,10 +234,15 @@ def _copied_loops_taken(encoding: Encoding, snapshot: Snapshot, extraction: Extr
     three or more transformers copied loops, banning one's copies can let another's
     in, so the extraction with each one's copies alone is tried too (GNMT-lite: with
     recompute-taped-residuals' banned, checkpoint-carried-states' came in; with
-    stack-taped-residuals' alone it was 5% cheaper)."""
+    stack-taped-residuals' alone it was 5% cheaper). A copy of a copy (rules/fusion.py's
+    `stack-concatenated-rows` of a checkpoint rule's reverse loop) is the first copier's:
+    it is another form of the same pair, banned and kept with it."""
     def rule_of(node: ENode):
-        info = encoding.regions.get(node.args[0]) if node.head in LOOP_HEADS else None
-        return info.copied_from[0] if info is not None and info.copied_from is not None else None
+        region, rule = node.args[0] if node.head in LOOP_HEADS else None, None
+        while region is not None and (info := encoding.regions.get(region)) is not None \
+                and info.copied_from is not None:
+            rule, region = info.copied_from[0], info.copied_from[1]
+        return rule
 
     made: dict[str, set[ENode]] = defaultdict(set)
     for members in snapshot.nodes.values():

@@ -262,11 +262,11 @@ def test_fusion_keeps_results(args):
 @given(args=st.fixed_dictionaries({name: floats(*shape) for name, shape in GATED_SHAPES.items()}))
 def test_stacked_gate_gradients_fused_keep_results(args):
     """With batching, the reverse loop stacks each gate's dz for the weight gradients and
-    concatenates them for dh: it stacks the concatenation instead, and the contractions
-    of its slices become one per weight kind."""
+    concatenates them for dh: its tape-free copy (checkpoint) stacks the concatenation
+    instead, and the contractions of its slices become one per weight kind."""
     args = tuple(args[name] for name in GATED_SHAPES)
     gradient = optimized("gated-gradient-batched", lambda: egad.value_and_grad(
-        egad.trace(gated_cell, *args), wrt=tuple(range(11))), ["batching", "fusion"])
+        egad.trace(gated_cell, *args), wrt=tuple(range(11))), ["batching", "fusion", "checkpoint"])
     check_family(gradient, args, {"batch-weight-gradient", "stack-concatenated-rows", "fuse-einsums-of-slices"})
 
 
