@@ -312,9 +312,7 @@ def _stack_concatenation(view, loop: ENode, gets: dict[int, ClassId], concat_cla
 
 @FUSION.transformer("fuse-einsums-of-slices",
                     "einsum(.., C[.., r1], ..), ..., einsum(.., C[.., rk], ..) for slices r1..rk tiling an axis of C "
-                    "that the output keeps = slices of einsum(.., C, ..): one contraction instead of k",
-                    reads=("batch-weight-gradient", "fuse-matmul-sum", "stack-taped-residuals",
-                           "stack-concatenated-rows"))
+                    "that the output keeps = slices of einsum(.., C, ..): one contraction instead of k")
 def fuse_einsums_of_slices(view) -> int:
     """After `stack-concatenated-rows`, the weight gradients of fused gates are
     `einsum('tki,tkj->ij', hs, dz[:, :, r_g])` for each gate's columns r_g: one

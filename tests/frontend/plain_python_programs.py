@@ -130,6 +130,15 @@ def euler_fixed(y0, rate, forcing):
     return y
 
 
+@plain("gate_blocks")
+def gate_blocks(xs, dzs):
+    H = dzs.shape[2] // 4
+    blocks = []
+    for k in range(4):  # static: four contractions
+        blocks.append(enp.einsum("tbi,tbj->ij", xs, dzs[:, :, k * H:(k + 1) * H]))
+    return tuple(blocks)
+
+
 @plain("scan_ys")
 def scan_ys(xs, decay, h0):
     h, ys = h0, []

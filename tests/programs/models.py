@@ -407,6 +407,26 @@ def moe_topk_args(rng):
     return _normal(rng, (6, 4)), _normal(rng, (4, 5)), _normal(rng, (5, 4, 3), 0.5)
 
 
+
+# --- per-gate weight gradients: contractions of column blocks of one stacked gradient -----
+
+
+def gate_blocks_fn(xs, dzs):
+    """Each gate's weight gradient from the rows of all steps: one contraction per
+    column block of the stacked gate gradients (what batching leaves after an LSTM's
+    reverse loop); `fuse-einsums-of-slices` makes them one contraction, sliced."""
+    H = dzs.shape[2] // 4
+    return tuple(enp.einsum("tbi,tbj->ij", xs, dzs[:, :, k * H:(k + 1) * H]) for k in range(4))
+
+
+def gate_blocks_ref(xs, dzs):
+    H = dzs.shape[2] // 4
+    return tuple(np.einsum("tbi,tbj->ij", xs, dzs[:, :, k * H:(k + 1) * H]) for k in range(4))
+
+
+def gate_blocks_args(rng):
+    return _normal(rng, (5, 2, 3)), _normal(rng, (5, 2, 16))
+
 PROGRAMS = [
     CorpusProgram("rnn_tanh", rnn_tanh_fn, rnn_tanh_ref, rnn_tanh_args,
                   differentiable_argnums=(0, 1, 2, 3), rtol=F32_RTOL, tags=("rnn", "fori", "float32", "matmul")),
@@ -432,6 +452,8 @@ PROGRAMS = [
                   tags=("while-rnn", "while", "data-dependent-trips", "rnn", "floordiv-mod", "int-counter")),
     CorpusProgram("stacked_rnn", stacked_rnn_fn, stacked_rnn_ref, stacked_rnn_args, static_argnums=(3,),
                   differentiable_argnums=(0, 1, 2), tags=("static-argnums", "scan", "ys", "rnn", "relu")),
+    CorpusProgram("gate_blocks", gate_blocks_fn, gate_blocks_ref, gate_blocks_args,
+                  differentiable_argnums=(0, 1), tags=("einsum", "static-slice", "pytree-output")),
     CorpusProgram("moe_topk", moe_topk_fn, moe_topk_ref, moe_topk_args,
                   differentiable_argnums=(0, 1, 2),
                   tags=("moe", "top_k", "one_hot", "einsum", "stack", "take", "softmax", "stop-gradient", "scan")),
