@@ -14,6 +14,8 @@ iterator kinds and the buffers they touch), never at the function's name:
   vectors (else left serial for LLVM's loop vectorizer, which handles tails), the
   outer loops fused into one parallel loop when there is work enough to share
   (fewer elements than that run serial, and more where an element is only moved).
+  A block that picks one of several pieces by its innermost index (a concatenation,
+  its operands' computations fused in) gets one vector loop per piece instead.
 - `matmul-tiled-packed`: one contraction block C[b, i, j] += A[b, i, k] * B[b, k, j]
   in any operand layout (transposed operands included), with injective producers and
   elementwise epilogues around it. A rows x 2-vector register tile (4 rows with 16
@@ -717,6 +719,8 @@ def _parallel_vectorize(sch, block, lanes_of: VectorLanes):
         return
     dtype = sch.get(block).writes[0].source.dtype
     iterations = _product([_extent(sch, loop) for loop in loops])
+    if _partition_pieces(sch, block, lanes_of(dtype), iterations):
+        return
     inner = _vectorize_innermost(sch, block, lanes_of(dtype))
     loops = sch.get_loops(block)
     # the innermost loop stays innermost: vectorized, or serial for LLVM's loop vectorizer
@@ -725,6 +729,61 @@ def _parallel_vectorize(sch, block, lanes_of: VectorLanes):
     if outer_loops and _worth_parallel(iterations) and (
             not light or iterations is None or iterations >= PARALLEL_MIN_LIGHT_ITERATIONS):
         sch.parallel(_fuse(sch, outer_loops))
+
+
+def _partition_pieces(sch, block, lanes: int, iterations: int | None) -> bool:
+    """A block whose value picks one of several pieces by comparing its innermost
+    iterator with constants (`if_then_else(768 <= j, .., if_then_else(512 <= j, ..))`: a
+    concatenation, with each operand's computation fused in) computes, vectorized, every
+    piece for every element and selects. Its innermost loop is split into vectors and
+    partitioned at the pieces' bounds instead, so that each part computes its own piece
+    (the lowering's simplifier drops the conditions each part decides). The loops
+    outside are parallel when there is work enough. False, with nothing changed, when
+    the block is not of that form or a bound does not fall between two vectors."""
+    store = sch.get(block).body
+    if not isinstance(store, tirx.BufferStore):
+        return False
+    iterator, bounds = None, set()
+    for node in _expression_nodes(store.value):
+        if isinstance(node, tvm.ir.expr.Call) and getattr(node.op, "name", "") == "prim.if_then_else":
+            found = _bound_compared(node.args[0])
+            if found is None or (iterator is not None and not found[0].same_as(iterator)):
+                return False
+            iterator = found[0]
+            bounds.add(found[1])
+    loops = sch.get_loops(block)
+    realize = _sblock_realize(sch, block)
+    innermost = sch.get(loops[-1]).loop_var
+    if iterator is None or not any(iter_var.var.same_as(iterator) and value.same_as(innermost)
+                                   for iter_var, value in zip(realize.block.iter_vars, realize.iter_values)):
+        return False  # the pieces are not cut along the innermost loop alone
+    extent = _extent(sch, loops[-1])
+    width = _vector_width(extent, lanes) if extent is not None else 1
+    bounds = sorted(b for b in bounds if 0 < b < (extent or 0))
+    if width < 2 or not bounds or any(b % width for b in bounds):
+        return False
+    light = _element_ops(sch.get(block)) <= LIGHT_ELEMENT_OPS
+    vectors, _ = sch.split(loops[-1], [None, width])
+    starts = [0, *bounds]
+    sizes = [(stop - start) // width for start, stop in zip(starts, starts[1:])]
+    for part in sch.loop_partition(vectors, [*sizes, None]):
+        (piece,) = sch.get_child_blocks(part)
+        sch.vectorize(sch.get_loops(piece)[-1])
+    outer = loops[:-1]  # (the partition made new blocks: `block` is gone, the loops outside it stay)
+    if outer and _worth_parallel(iterations) and (
+            not light or iterations is None or iterations >= PARALLEL_MIN_LIGHT_ITERATIONS):
+        sch.parallel(_fuse(sch, outer))
+    return True
+
+
+def _bound_compared(condition):
+    """(variable, constant) for `c <= v`, `v >= c`, `v < c` or `c > v`, else None."""
+    a, b = getattr(condition, "a", None), getattr(condition, "b", None)
+    if isinstance(condition, (tirx.LE, tirx.GT)) and isinstance(a, tirx.IntImm) and isinstance(b, tirx.Var):
+        return b, a.value + (1 if isinstance(condition, tirx.GT) else 0)
+    if isinstance(condition, (tirx.GE, tirx.LT)) and isinstance(a, tirx.Var) and isinstance(b, tirx.IntImm):
+        return a, b.value
+    return None
 
 
 _ELEMENT_OP_TYPES = (tirx.Add, tirx.Sub, tirx.Mul, tirx.Div, tirx.FloorDiv, tirx.Max, tirx.Min, tirx.Select,

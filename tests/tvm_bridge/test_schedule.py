@@ -456,6 +456,27 @@ def test_a_concatenation_runs_parallel_only_when_large(rows, parallel):
     (heavy,) = scheduled_prim_funcs(lambda a: enp.tanh(a), f32(rows, 1024)).values()
     assert "parallel" in loop_kinds(heavy)
 
+
+def concat_of_computed(a, b, c, d):
+    return enp.concatenate([a * 2.0, b + 1.0, enp.tanh(c), d * d], axis=-1)
+
+
+def concat_rows_of_computed(a, b, c, d):
+    return enp.concatenate([a * 2.0, b + 1.0, enp.tanh(c), d * d], axis=0)
+
+
+@pytest.mark.parametrize("fn, pieces", [(concat_of_computed, 4), (concat_rows_of_computed, 1)])
+def test_a_concatenation_of_computed_pieces_computes_each_piece_alone(fn, pieces):
+    """Vectorized as one loop, a concatenation whose operands are computed in it (the
+    fused gate gradients of an LSTM's reverse step) computes every piece for every
+    element and selects one; its innermost loop is cut at the pieces' bounds instead,
+    one vectorized loop a piece. Cut along an outer axis, it stays one loop."""
+    args = [f32(32, 256) for _ in range(4)]
+    (func,) = scheduled_prim_funcs(fn, *args).values()
+    assert func.attrs["egad.schedule_rule"] == "elementwise-parallel-vector"
+    assert len(re.findall(r"in T\.vectorized\(", func.script())) == pieces
+    check_against_interpreter(fn, *args)
+
 def tanh_chain(a):
     for _ in range(8):  # float32 tanh reads its input a dozen times (a polynomial)
         a = enp.tanh(a * 0.5) + a
