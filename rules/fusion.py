@@ -217,11 +217,11 @@ def stack_concatenated_rows(view) -> int:
     each operand, exactly.
 
     Assumes: a `for` loop with its `trip_dim` set that carries no tape, a concat (static
-    sizes along its axis) whose operands are distinct ys of the loop. (A loop that pops
-    tapes would have its copy copied again by each checkpoint rule, which make the
-    tape-free loops this one then stacks from: on the LSTM, 270 e-nodes and 0.4 s.) The new loop is a copy (rules/
-    loop_body.py) with the same state, the other ys, and the concatenation last; its
-    body holds no control node and no tape allocation."""
+    sizes along its axis) whose operands are distinct ys of the loop. A loop that pops
+    tapes is left alone: each checkpoint rule would copy its copy again (on the LSTM,
+    270 e-nodes and 0.4 s), and their tape-free copies are stacked instead. The new
+    loop is a copy (rules/loop_body.py) with the same state, the other ys, and the
+    concatenation last; its body holds no control node and no tape allocation."""
     snapshot, types = view.snapshot, view.types
     concats = [(cid, node) for cid, members in snapshot.nodes.items() for node in members
                if node.head.startswith("Op") and node.args[0] == "concat" and len(_term_inputs(node)) > 1]
@@ -256,14 +256,6 @@ def stack_concatenated_rows(view) -> int:
                     stacked += 1
                     break
     return stacked
-
-
-def _rewritten_by_this_rule(view, classes: dict) -> bool:
-    """Some of the classes (a loop's outputs: an old loop or its new one; the
-    contractions of one group) already hold the running rule's nodes."""
-    origins = view.editor.origins
-    return any(origins.get(n) is not None and origins[n].site == view.site
-               for cid in classes.values() for n in view.snapshot.nodes[cid])
 
 
 def _stack_concatenation(view, loop: ENode, gets: dict[int, ClassId], concat_class: ClassId, concat: ENode,

@@ -725,9 +725,7 @@ def _parallel_vectorize(sch, block, lanes_of: VectorLanes):
     loops = sch.get_loops(block)
     # the innermost loop stays innermost: vectorized, or serial for LLVM's loop vectorizer
     outer_loops = loops[:-1] if len(loops) > 1 else ([] if inner is not None else loops)
-    light = _element_ops(sch.get(block)) <= LIGHT_ELEMENT_OPS
-    if outer_loops and _worth_parallel(iterations) and (
-            not light or iterations is None or iterations >= PARALLEL_MIN_LIGHT_ITERATIONS):
+    if outer_loops and _worth_parallel_nest(iterations, _element_ops(sch.get(block)) <= LIGHT_ELEMENT_OPS):
         sch.parallel(_fuse(sch, outer_loops))
 
 
@@ -745,7 +743,7 @@ def _partition_pieces(sch, block, lanes: int, iterations: int | None) -> bool:
         return False
     iterator, bounds = None, set()
     for node in _expression_nodes(store.value):
-        if isinstance(node, tvm.ir.expr.Call) and getattr(node.op, "name", "") == "prim.if_then_else":
+        if _is_select(node):
             found = _bound_compared(node.args[0])
             if found is None or (iterator is not None and not found[0].same_as(iterator)):
                 return False
@@ -770,8 +768,7 @@ def _partition_pieces(sch, block, lanes: int, iterations: int | None) -> bool:
         (piece,) = sch.get_child_blocks(part)
         sch.vectorize(sch.get_loops(piece)[-1])
     outer = loops[:-1]  # (the partition made new blocks: `block` is gone, the loops outside it stay)
-    if outer and _worth_parallel(iterations) and (
-            not light or iterations is None or iterations >= PARALLEL_MIN_LIGHT_ITERATIONS):
+    if outer and _worth_parallel_nest(iterations, light):
         sch.parallel(_fuse(sch, outer))
     return True
 
@@ -792,25 +789,24 @@ _ELEMENT_OP_TYPES = (tirx.Add, tirx.Sub, tirx.Mul, tirx.Div, tirx.FloorDiv, tirx
 
 def _element_ops(block) -> int:
     """Operations a block computes per element, its loads' index arithmetic and its
-    selections left out (a block that is not one store counts as heavy)."""
+    selections (a concatenation's `if_then_else`) left out; a block that is not one
+    store counts as heavy."""
     store = block.body
     if not isinstance(store, tirx.BufferStore):
         return LIGHT_ELEMENT_OPS + 1
-    count, stack = 0, [store.value]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, tvm.ir.expr.TensorLoad):
-            continue
-        # a select between operands (a concatenation's `if_then_else`) computes nothing
-        count += isinstance(node, _ELEMENT_OP_TYPES) and not (
-            isinstance(node, tvm.ir.expr.Call) and getattr(node.op, "name", "") == "prim.if_then_else")
-        info = getattr(type(node), "__tvm_ffi_type_info__", None)
-        for field in info.fields if info is not None else ():
-            child = getattr(node, field.name, None)
-            for item in (child if isinstance(child, tvm_ffi.Array) else (child,)):
-                if isinstance(item, tvm.ir.expr.Expr) and not isinstance(item, tvm.ir.Op):
-                    stack.append(item)
-    return count
+    return sum(isinstance(node, _ELEMENT_OP_TYPES) and not _is_select(node)
+               for node in _expression_nodes(store.value, into_loads=False))
+
+
+def _is_select(node) -> bool:
+    return isinstance(node, tvm.ir.expr.Call) and getattr(node.op, "name", "") == "prim.if_then_else"
+
+
+def _worth_parallel_nest(iterations: int | None, light: bool) -> bool:
+    """Whether a loop nest of `iterations` elements gains from a parallel launch; a
+    light one (LIGHT_ELEMENT_OPS) needs more of them."""
+    return _worth_parallel(iterations) and (not light or iterations is None
+                                            or iterations >= PARALLEL_MIN_LIGHT_ITERATIONS)
 
 
 def _vectorize_innermost(sch, block, lanes: int):
@@ -996,13 +992,16 @@ def _would_copy_expression(sch, producer, consumers) -> bool:
     return False
 
 
-def _expression_nodes(expr) -> list:
+def _expression_nodes(expr, into_loads: bool = True) -> list:
     """Every node of a TIR expression tree (TVM 0.27 has no Python TIR visitor: this
-    walks the FFI fields of each node)."""
+    walks the FFI fields of each node); with `into_loads=False`, not the indices of its
+    loads."""
     nodes, stack = [], [expr]
     while stack:
         node = stack.pop()
         nodes.append(node)
+        if not into_loads and isinstance(node, tvm.ir.expr.TensorLoad):
+            continue
         info = getattr(type(node), "__tvm_ffi_type_info__", None)
         for field in info.fields if info is not None else ():
             child = getattr(node, field.name, None)

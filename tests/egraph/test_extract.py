@@ -409,8 +409,9 @@ def test_the_weight_gradients_of_fused_gates_are_one_contraction_per_weight(monk
     reverse = next(b for b in optimized.program.region.bindings if b.op == "for" and b.attrs["reverse"])
     stacked = [v.type.shape for v in reverse.outputs[reverse.attrs["n_state"]:]]
     assert (T, B, 4 * H) in stacked and (T, B, H) not in stacked  # the four dz in one row a step
-    for got, want in zip(flatten(egad.interpret(optimized.program, *args))[0], flatten(egad.interpret(gradient, *args))[0]):
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    got, want = (flatten(egad.interpret(p, *args))[0] for p in (optimized.program, gradient))
+    for got_leaf, want_leaf in zip(got, want):
+        np.testing.assert_allclose(got_leaf, want_leaf, rtol=1e-4, atol=1e-5)
 
     monkeypatch.setattr(extract_module, "MAX_SHARING_TRIES", 0)  # class by class only
     monkeypatch.setattr(optimizer, "_CACHE", {})
