@@ -24,13 +24,13 @@ gradient, and `fuse-einsums-of-slices` turns the gates' weight-gradient contract
 """
 from __future__ import annotations
 
-from egad.egraph.attrs import NO_ATTRS, attrs_node
+from egad.egraph.attrs import NO_ATTRS
 from egad.egraph.enode import ClassId, ENode
 from egad.ir import ops
 from egad.ir.types import TapeType, TensorType
 
 from .loop_body import copy_body, copy_recorder, copy_region, loop_body
-from .patterns import OP_HEADS, concat_node, is_concat
+from .patterns import OP_HEADS, axis_slice_node, concat_node, is_concat
 from .registry import family
 
 FUSION = family("fusion", __doc__)
@@ -73,9 +73,7 @@ def fuse_shared_operand_matmuls(view) -> int:
         start = 0
         for weight in weights:
             width = types[weight].shape[1]
-            index = ((None, None, None),) * (rank - 1) + ((start, start + width, None),)
-            view.union(products[weight], ENode("Op1", ("slice", attrs_node({"index": index}, view.encoding.constants),
-                                                       product)))
+            view.union(products[weight], axis_slice_node(view, product, rank - 1, start, start + width, rank))
             start += width
         fused += 1
     return fused
@@ -228,13 +226,11 @@ def stack_concatenated_rows(view) -> int:
     if not concats:
         return 0
     outputs = view.outputs()
-    regions = view.encoding.regions
     # the loops stacked already, and their copies: each alternative of a loop (a checkpoint
     # rule's copy, say) is stacked once
-    done = {info.copied_from[1] for info in regions.values()
-            if info.copied_from is not None and info.copied_from[0] == STACK_CONCATENATIONS}
-    done |= {region for region, info in regions.items()
-             if info.copied_from is not None and info.copied_from[0] == STACK_CONCATENATIONS}
+    done = {region for copy, info in view.encoding.regions.items()
+            if info.copied_from is not None and info.copied_from[0] == STACK_CONCATENATIONS
+            for region in (copy, info.copied_from[1])}
     stacked = 0
     for loop_class, members in snapshot.nodes.items():
         for loop in members:
@@ -295,9 +291,7 @@ def _stack_concatenation(view, loop: ENode, gets: dict[int, ClassId], concat_cla
     for part, width in zip(parts, widths):
         get = gets.get(n_state + position[part])
         if get is not None:  # stacked axis first, then the row's: the concatenated axis is 1 + axis
-            index = ((None, None, None),) * (1 + axis) + ((start, start + width, None),) \
-                + ((None, None, None),) * (concat_type.ndim - axis - 1)
-            view.union(get, ENode("Op1", ("slice", attrs_node({"index": index}, view.encoding.constants), stack)))
+            view.union(get, axis_slice_node(view, stack, 1 + axis, start, start + width, 1 + concat_type.ndim))
         start += width
     return True
 
@@ -353,10 +347,7 @@ def fuse_einsums_of_slices(view) -> int:
             continue  # fused in an earlier round
         out_axis = output.index(terms[len(before)][axis])
         for start, stop in bounds:
-            index = ((None, None, None),) * out_axis + ((start, stop, None),) \
-                + ((None, None, None),) * (len(output) - out_axis - 1)
-            view.union(ranges[start, stop], ENode("Op1", ("slice", attrs_node({"index": index},
-                                                                                view.encoding.constants), whole)))
+            view.union(ranges[start, stop], axis_slice_node(view, whole, out_axis, start, stop, len(output)))
         fused += 1
     return fused
 

@@ -82,3 +82,11 @@ def concat_node(view, classes: list[ClassId], axis: int) -> ENode:
 
 def is_concat(view, cid: ClassId) -> bool:
     return any(n.head.startswith("Op") and n.args[0] == "concat" for n in view.snapshot.nodes[cid])
+
+
+def axis_slice_node(view, of, axis: int, start: int, stop: int, rank: int) -> ENode:
+    """The node `of[..., start:stop, ...]`: rows start to stop of axis `axis` of its `rank`
+    axes, every other axis whole, for a transformer to union with a class."""
+    whole = (None, None, None)
+    index = (whole,) * axis + ((start, stop, None),) + (whole,) * (rank - axis - 1)
+    return ENode("Op1", ("slice", attrs_node({"index": index}, view.encoding.constants), of))

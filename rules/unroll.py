@@ -51,7 +51,7 @@ from egad.egraph.placement import CONTROL_HEADS, is_effect
 from egad.ir.types import TensorType
 
 from .loop_body import copy_recorder, copy_region, loop_attrs, loop_body
-from .patterns import concat_node, int_constant
+from .patterns import axis_slice_node, concat_node, int_constant
 from .registry import family
 
 UNROLL = family("unroll", __doc__)
@@ -226,7 +226,7 @@ def _unroll_by(view, cid: ClassId, loop: ENode, gets: dict[int, ClassId], body: 
     for j in range(k):
         offset = k - 1 - j if reverse else j
         counter = _plus(stride, lo_value + offset, no_attrs)
-        row_reads = {cid: _slice(view, block, offset * length, length, rank)
+        row_reads = {cid: axis_slice_node(view, block, 0, offset * length, (offset + 1) * length, rank)
                      for cid, (block, length, rank) in blocks.items()}
         copies = _copy_trip(body, results, counter, state, record, row_reads)
         steps.append(copies)
@@ -317,17 +317,11 @@ def _row_blocks(view, body: dict[ClassId, ENode], region: int, lo: int, n: int, 
         rows, rest = table_type.shape[1], table_type.shape[2:]
         if table not in made:
             rows_used = table if lo == 0 and table_type.shape[0] == n * k else \
-                _slice(view, table, lo, n * k, rank=len(table_type.shape))
+                axis_slice_node(view, table, 0, lo, lo + n * k, len(table_type.shape))
             made[table] = ENode("Op2", ("take", node.args[1], _reshaped(view, rows_used, (n, k * rows, *rest)),
                                         outer_counter))
         blocks[cid] = (made[table], rows, len(table_type.shape) - 1)
     return blocks
-
-
-def _slice(view, node, start: int, length: int, rank: int) -> ENode:
-    """node[start:start + length] along the first of its `rank` axes."""
-    index = ((start, start + length, None),) + ((None, None, None),) * (rank - 1)
-    return ENode("Op1", ("slice", attrs_node({"index": index}, view.encoding.constants), node))
 
 
 def _plus(node: ENode, offset: int, no_attrs) -> ENode:
