@@ -515,6 +515,22 @@ def test_sum_over_rows_is_parallel_over_columns_and_vectorized():
     assert {"parallel", "vectorized"} <= set().union(*map(loop_kinds, funcs.values()))
 
 
+def sum_over_steps_and_rows(a):
+    return enp.sum(a, axis=(0, 1))
+
+
+@pytest.mark.parametrize("fn, shape, blocks", [(sum_over_steps_and_rows, (8, 32, 1024), 4),
+                                               (sum_rows, (300, 256), 4), (sum_rows, (300, 64), 4),
+                                               (sum_rows, (1000, 48), 3)])
+def test_a_sum_over_rows_reads_each_row_in_blocks_of_vectors(fn, shape, blocks):
+    """Each parallel task sums a block of columns several vectors wide (a run of cache
+    lines from every row), leaving a few tasks to share out."""
+    (func,) = scheduled_prim_funcs(fn, f32(*shape)).values()
+    (tasks,) = re.findall(r"in T\.parallel\(T\.int64\((\d+)\)\)", func.script())
+    assert int(tasks) == blocks
+    check_against_interpreter(fn, f32(*shape))
+
+
 def sum_of_exp_per_row(a):
     return enp.sum(enp.exp(a), axis=1)
 
