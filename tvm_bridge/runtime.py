@@ -22,6 +22,7 @@ scalars are read through DLPack (~1 us) rather than `.numpy()` (~14 us).
 from __future__ import annotations
 
 import bisect
+import ctypes
 import itertools
 import json
 import math
@@ -65,20 +66,26 @@ class _StackedRows:
     def __init__(self, trips: int, layout: str):
         self.trips, self.layout = trips, layout
         self.tensors: list | None = None
-        self.views: list | None = None  # numpy views of host tensors (a copy through numpy is fastest)
+        # host rows: (where the stack starts, bytes a row, the row's shape) per output,
+        # copied with one memmove each (0.9 us a 32 KiB row, against 1.4 us through numpy)
+        self.host_rows: list | None = None
 
     def put(self, k: int, row) -> None:
         if self.tensors is None:
             if all(value.device.dlpack_device_type() == 1 and str(value.dtype) in _NUMPY_DTYPES
                    for value in row):  # host tensors numpy can hold: reused host memory
-                self.views = [_SPARE_BUFFERS.aligned((self.trips, *value.shape), str(value.dtype)) for value in row]
-                self.tensors = [tvm.runtime.from_dlpack(view) for view in self.views]
+                views = [_SPARE_BUFFERS.aligned((self.trips, *value.shape), str(value.dtype)) for value in row]
+                self.tensors = [tvm.runtime.from_dlpack(view) for view in views]
+                self.host_rows = [(view.ctypes.data, view[0].nbytes, value.shape) for view, value in zip(views, row)]
             else:
                 self.tensors = [tvm.runtime.empty((self.trips, *value.shape), value.dtype, value.device)
                                 for value in row]
-        if self.views is not None:
-            for view, value in zip(self.views, row):
-                view[k] = np.from_dlpack(value)
+        if self.host_rows is not None:
+            for (start, size, shape), value in zip(self.host_rows, row):
+                if value.shape != shape:  # a body's rows share one shape: never expected
+                    raise ValueError(f"egad loop: a stacked row of shape {tuple(value.shape)} after rows of "
+                                     f"shape {tuple(shape)}")
+                ctypes.memmove(start + k * size, value.data_ptr(), size)
         else:
             for tensor, value in zip(self.tensors, row):
                 tensor._create_view(tuple(value.shape), value.dtype, k * _nbytes(value)).copyfrom(value)
