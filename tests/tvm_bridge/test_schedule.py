@@ -214,12 +214,15 @@ def host_column_tiles(columns: int) -> int:
 
 
 def test_many_rows_are_cut_into_blocks_that_every_column_tile_reads():
-    """(4096 x 128) @ (128 x 256): blocks of 256 rows (MATMUL_BLOCK_ELEMENTS at depth
-    128), 16 of them, the parallel loop over blocks x column tiles (two float32 vectors
-    wide: 16 tiles of 16 columns with AVX2, 8 of 32 with AVX-512)."""
+    """(4096 x 128) @ (128 x 256): blocks of 512 rows (MATMUL_BLOCK_ELEMENTS at depth
+    128, at most MATMUL_BLOCK_ROWS), 8 of them, the parallel loop over blocks x column
+    tiles (two float32 vectors wide: 16 tiles of 16 columns with AVX2, 8 of 32 with
+    AVX-512)."""
     column_tiles = host_column_tiles(256)
+    low, high = schedule.MATMUL_BLOCK_ROWS
+    blocks = 4096 // min(max(schedule.MATMUL_BLOCK_ELEMENTS // 128, low), high)
     (func,) = scheduled_prim_funcs(matmul, f32(4096, 128), f32(128, 256)).values()
-    assert re.search(rf"in T\.parallel\(T\.int64\({16 * column_tiles}\)\)", func.script())
+    assert re.search(rf"in T\.parallel\(T\.int64\({blocks * column_tiles}\)\)", func.script())
     (few_rows,) = scheduled_prim_funcs(matmul, f32(64, 128), f32(128, 256)).values()
     assert re.search(rf"in T\.parallel\(T\.int64\({column_tiles}\)\)", few_rows.script())  # one block
 
@@ -242,6 +245,26 @@ def test_a_few_rows_over_a_long_depth_start_the_threads_once():
     (func,) = scheduled_prim_funcs(matmul, f32(32, 1024), f32(1024, 256)).values()
     assert re.findall(r"in T\.parallel\(T\.int64\((\d+)\)\)", func.script()) == [str(column_tiles)]
     check_against_interpreter(matmul, f32(32, 1024), f32(1024, 256))
+
+
+def weight_gradient(xs, deltas):
+    return enp.einsum("tki,tkj->ij", xs, deltas)
+
+
+def test_one_large_block_of_a_keeps_its_depth_panels_outside_the_column_tiles():
+    """An LSTM's weight gradient, (2048 x 256)^T @ (2048 x 1024): all 256 rows make one
+    block, but A (2 MiB) is larger than MATMUL_WALKED_A_ELEMENTS, so the four depth
+    panels of 512 stay outside the parallel loop over column tiles: each panel of A is
+    read from cache by every column tile and B is packed once (each column tile walking
+    all of A read it 32 times, from memory once A outgrew the cache)."""
+    column_tiles = host_column_tiles(1024)
+    args = f32(64, 32, 256), f32(64, 32, 1024)
+    func = scheduled_prim_funcs(weight_gradient, *args)["matmul_tn"]
+    first_loop = re.search(r"for \w+ in (.*):", func.script())
+    assert first_loop[1] == "range(T.int64(1))"  # one block of rows
+    assert re.search(rf"in range\(T\.int64\(4\)\):\n\s+for \w+ in T\.parallel\(T\.int64\({column_tiles}\)\)",
+                     func.script())
+    check_against_interpreter(weight_gradient, f32(16, 32, 256), f32(16, 32, 1024))
 
 
 @pytest.mark.parametrize("fn, rows, packed", [(matmul, 32, False), (matmul, 128, True),
