@@ -756,12 +756,64 @@ def _parallel_vectorize(sch, block, lanes_of: VectorLanes):
     iterations = _product([_extent(sch, loop) for loop in loops])
     if _partition_pieces(sch, block, lanes_of(dtype), iterations):
         return
+    if _tile_transposed_reads(sch, block, lanes_of(dtype), iterations):
+        return
     inner = _vectorize_innermost(sch, block, lanes_of(dtype))
     loops = sch.get_loops(block)
     # the innermost loop stays innermost: vectorized, or serial for LLVM's loop vectorizer
     outer_loops = loops[:-1] if len(loops) > 1 else ([] if inner is not None else loops)
     if outer_loops and _worth_parallel_nest(iterations, _element_ops(sch.get(block)) <= LIGHT_ELEMENT_OPS):
         sch.parallel(_fuse(sch, outer_loops))
+
+
+def _tile_transposed_reads(sch, block, lanes: int, iterations: int | None) -> bool:
+    """A nest that reads some input across its rows (a transpose: the output's
+    innermost index walks a non-innermost axis of the input, and the input's innermost
+    axis follows the next loop out) runs in square tiles of `lanes` x `lanes`: the
+    `lanes` rows of the input a vector reads are the same for the tile's `lanes` output
+    rows, and each row's cache line holds all of their elements (untiled, every vector
+    read `lanes` lines and used one element of each). The tiles are parallel when there
+    is work enough. False, with nothing changed, when the nest is not of that form or
+    its two inner extents are not whole tiles."""
+    store = sch.get(block).body
+    loops = sch.get_loops(block)
+    if not isinstance(store, tirx.BufferStore) or len(loops) < 2 or lanes < 2 \
+            or tvm.DataType(str(store.buffer.dtype)).bits < 8:  # bool vectors: see _vectorize_innermost
+        return False
+    outer, inner = loops[-2], loops[-1]
+    if any(extent is None or extent % lanes for extent in (_extent(sch, outer), _extent(sch, inner))):
+        return False
+    realize = _sblock_realize(sch, block)
+    bound = {sch.get(loop).loop_var: None for loop in (outer, inner)}
+    for iter_var, value in zip(realize.block.iter_vars, realize.iter_values):
+        for loop_var in bound:
+            if value.same_as(loop_var):
+                bound[loop_var] = iter_var.var
+    row, column = bound[sch.get(outer).loop_var], bound[sch.get(inner).loop_var]
+    if row is None or column is None or not any(
+            _reads_across_rows(node, row, column) for node in _expression_nodes(store.value, into_loads=False)):
+        return False
+    row_outer, row_inner = sch.split(outer, [None, lanes])
+    column_outer, column_inner = sch.split(inner, [None, lanes])
+    sch.reorder(row_outer, column_outer, row_inner, column_inner)
+    sch.vectorize(column_inner)
+    tiles = sch.get_loops(block)[:-2]
+    if _worth_parallel_nest(iterations, _element_ops(sch.get(block)) <= LIGHT_ELEMENT_OPS):
+        sch.parallel(_fuse(sch, tiles))
+    return True
+
+
+def _reads_across_rows(node, row, column) -> bool:
+    """Whether `node` loads an input whose innermost index depends on `row` and not on
+    `column`, while an index before it depends on `column`."""
+    if not isinstance(node, tvm.ir.expr.TensorLoad) or len(node.indices) < 2:
+        return False
+
+    def uses(index, var) -> bool:
+        return any(found.same_as(var) for found in _expression_nodes(index))
+
+    *leading, last = node.indices
+    return uses(last, row) and not uses(last, column) and any(uses(index, column) for index in leading)
 
 
 def _partition_pieces(sch, block, lanes: int, iterations: int | None) -> bool:
