@@ -140,19 +140,21 @@ def copy_recorder(view):
     return record
 
 
-def copy_body(body: dict[ClassId, ENode], arg, record, seeded=None) -> dict[ClassId, ENode]:
+def copy_body(body: dict[ClassId, ENode], arg, record, seeded=None, roots=None) -> dict[ClassId, ENode]:
     """Each body class's node rebuilt over the copies of its inputs, `arg(i)` for `Arg(loop, i)`,
-    and `seeded[cid]` for a class of `seeded` (loop_body's leaves; a node, or a stable form
-    recorded already); each new node passed to `record(class, copy, copied node)`
-    (`copy_recorder`) in dependency order (no recursion: a body can be a long chain)."""
+    and `seeded[cid]` for a class of `seeded` (loop_body's leaves); each new node passed to
+    `record(class, copy, copied node)` (`copy_recorder`) in dependency order (no recursion: a
+    body can be a long chain). An argument or a seed that is not a new node (a class, or the
+    stable form of a node recorded already) is used as it is. `roots`: copy only the classes
+    these read (an unrolled trip copies what its results need), else the whole body."""
     seeded = seeded or {}
     copies: dict[ClassId, ENode] = {}
-    for cid in post_order(body, lambda cid: [] if cid in seeded else [c for c in children(body[cid]) if c in body]):
+    roots = body if roots is None else [c for c in roots if c in body]
+    for cid in post_order(roots, lambda cid: [] if cid in seeded else [c for c in children(body[cid]) if c in body]):
         node = body[cid]
-        if cid in seeded:  # a new node, or the stable form of one recorded already
-            copies[cid] = record(cid, seeded[cid]) if isinstance(seeded[cid], ENode) else seeded[cid]
-        elif node.head == "Arg":
-            copies[cid] = record(cid, arg(node.args[1]))
+        if cid in seeded or node.head == "Arg":
+            value = seeded[cid] if cid in seeded else arg(node.args[1])
+            copies[cid] = record(cid, value) if isinstance(value, ENode) else value
         else:
             copies[cid] = record(cid, ENode(node.head, tuple(_substitute(field, copies) for field in node.args)), node)
     return copies

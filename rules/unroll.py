@@ -46,11 +46,11 @@ from __future__ import annotations
 import math
 
 from egad.egraph.attrs import attrs_node
-from egad.egraph.enode import ClassId, ENode, children, post_order
+from egad.egraph.enode import ClassId, ENode, children
 from egad.egraph.placement import CONTROL_HEADS, is_effect
 from egad.ir.types import TensorType
 
-from .loop_body import copy_recorder, copy_region, loop_attrs, loop_body
+from .loop_body import copy_body, copy_recorder, copy_region, loop_attrs, loop_body
 from .patterns import axis_slice_node, concat_node, int_constant
 from .registry import family
 
@@ -142,14 +142,6 @@ def _unroll(view, loop: ENode, gets: dict[int, ClassId]) -> bool:
         stacked = rows[0] if len(rows) == 1 else concat_node(view, rows, axis=0)
         view.union(gets[n_state + k], stacked)
     return True
-
-
-def _substitute(field, copy):
-    if isinstance(field, ClassId):
-        return copy(field) if field.sort == "Term" else field
-    if isinstance(field, tuple):
-        return tuple(_substitute(item, copy) for item in field)
-    return field
 
 
 @UNROLL.transformer(BY_K, "a for loop with a small body and known trips runs k trips per trip (and a remainder "
@@ -275,22 +267,10 @@ def _unroll_by(view, cid: ClassId, loop: ENode, gets: dict[int, ClassId], body: 
 
 def _copy_trip(body: dict[ClassId, ENode], results, counter: ENode, state: list, record,
                seeded: dict[ClassId, ENode] | None = None) -> dict[ClassId, object]:
-    """One trip of the body, copied: its counter `counter`, its state `state` (nodes or
-    classes), and the node `seeded[c]` for a class c of `seeded`; each class the
-    results read, recorded (a counter only seeded reads used is not made)."""
-    seeded = seeded or {}
-    copies: dict[ClassId, object] = {}
-    reads = lambda c: [] if c in seeded else [x for x in children(body[c]) if x in body]  # noqa: E731
-    for cid in post_order([c for c in results if c in body], reads):
-        node = body[cid]
-        if cid in seeded:
-            copies[cid] = record(cid, seeded[cid])
-        elif node.head == "Arg":
-            copies[cid] = record(cid, counter) if node.args[1] == 0 else state[node.args[1] - 1]
-        else:
-            copied = ENode(node.head, tuple(_substitute(arg, lambda c: copies.get(c, c)) for arg in node.args))
-            copies[cid] = record(cid, copied, node)
-    return copies
+    """One trip of the body, copied (`copy_body`, what `results` read): its counter
+    `counter`, its state `state` (nodes or classes), and the node `seeded[c]` for a class
+    c of `seeded`."""
+    return copy_body(body, lambda index: counter if index == 0 else state[index - 1], record, seeded, roots=results)
 
 
 def _row_blocks(view, body: dict[ClassId, ENode], region: int, lo: int, n: int, k: int, outer_counter: ENode):
