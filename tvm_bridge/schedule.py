@@ -15,18 +15,21 @@ iterator kinds and the buffers they touch), never at the function's name:
   outer loops fused into one parallel loop when there is work enough to share
   (fewer elements than that run serial, and more where an element is only moved).
   A block that picks one of several pieces by its innermost index (a concatenation,
-  its operands' computations fused in) gets one vector loop per piece instead.
+  its operands' computations fused in) gets one vector loop per piece instead; one
+  that reads an input across its rows (a transpose) runs in square tiles of vectors.
 - `matmul-tiled-packed`: one contraction block C[b, i, j] += A[b, i, k] * B[b, k, j]
   in any operand layout (transposed operands included), with injective producers and
   elementwise epilogues around it. A rows x 2-vector register tile (4 rows with 16
   vector registers, 8 with AVX-512's 32) accumulates in a local buffer over the depth;
   B's panel for each column tile is packed once into a contiguous local buffer (from
   128 rows, or 8 when B is read transposed; fewer rows read B in place); many rows are
-  cut into blocks of A that every column tile reads while they are in cache; parallel
-  over column tiles (or row blocks); the epilogue runs in the tile's write-back.
+  cut into blocks of A that every column tile reads while they are in cache (one
+  block of a small A is walked whole by each column tile); parallel over column
+  tiles (or row blocks); the epilogue runs in the tile's write-back.
 - `reduction-parallel-spatial`: other reductions (sum/max/... over some axes) with
   injective blocks around them. Parallel over the spatial part; when the reduction
-  runs over an outer axis, the contiguous spatial axis goes innermost, vectorized.
+  runs over an outer axis, the contiguous spatial axis goes innermost, vectorized, in
+  blocks of several vectors per task (a run of cache lines from every row).
 
 A PrimFunc no rule recognises, or too small to gain anything, is left unscheduled
 (correct, slow). A rule that raises leaves its PrimFunc as it was and the build goes
@@ -784,12 +787,13 @@ def _tile_transposed_reads(sch, block, lanes: int, iterations: int | None) -> bo
     if any(extent is None or extent % lanes for extent in (_extent(sch, outer), _extent(sch, inner))):
         return False
     realize = _sblock_realize(sch, block)
-    bound = {sch.get(loop).loop_var: None for loop in (outer, inner)}
+    outer_var, inner_var = sch.get(outer).loop_var, sch.get(inner).loop_var
+    row = column = None  # the block's iterators bound to the two inner loops
     for iter_var, value in zip(realize.block.iter_vars, realize.iter_values):
-        for loop_var in bound:
-            if value.same_as(loop_var):
-                bound[loop_var] = iter_var.var
-    row, column = bound[sch.get(outer).loop_var], bound[sch.get(inner).loop_var]
+        if value.same_as(outer_var):
+            row = iter_var.var
+        elif value.same_as(inner_var):
+            column = iter_var.var
     if row is None or column is None or not any(
             _reads_across_rows(node, row, column) for node in _expression_nodes(store.value, into_loads=False)):
         return False
