@@ -68,7 +68,7 @@ from egad.ir import ops
 from egad.ir.types import TensorType
 
 from .loop_body import copy_body, copy_recorder, copy_region, loop_body
-from .patterns import INT_DTYPES, OP_HEADS, constant_integers, int_constant, is_index_add, is_zeros
+from .patterns import INT_DTYPES, constant_integers, int_constant, is_index_add, is_zeros, op_node
 from .registry import family, rewrite
 
 BATCHING = family("batching", __doc__)
@@ -451,8 +451,7 @@ def _batched(view, plan: _Contraction, rows: dict[ClassId, ENode], invariant, ke
     terms = [term if leaf in invariant else step + term for leaf, term in plan.leaves]
     output = step + plan.output if keep_steps else plan.output
     attrs = attrs_node({"spec": ",".join(terms) + "->" + output}, view.encoding.constants)
-    total = ENode(OP_HEADS[len(operands)], ("einsum", attrs, *operands)) if len(operands) in OP_HEADS else \
-        ENode("OpN", ("einsum", attrs, tuple(operands)))
+    total = op_node("einsum", attrs, operands)
     if plan.reshape is not None:
         total = ENode("Op1", ("reshape", attrs_node({"shape": plan.reshape}, view.encoding.constants), total))
     return total

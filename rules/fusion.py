@@ -30,7 +30,7 @@ from egad.ir import ops
 from egad.ir.types import TapeType, TensorType
 
 from .loop_body import copy_body, copy_recorder, copy_region, loop_body
-from .patterns import OP_HEADS, axis_slice_node, concat_node, is_concat
+from .patterns import axis_slice_node, concat_node, is_concat, op_node
 from .registry import family
 
 FUSION = family("fusion", __doc__)
@@ -341,8 +341,7 @@ def fuse_einsums_of_slices(view) -> int:
             continue
         operands = (*before, sliced, *after)
         terms, output = ops.parse_einsum(spec, [types[o].ndim for o in operands])
-        whole = ENode(OP_HEADS.get(len(operands), "OpN"),
-                      ("einsum", spec_attrs[spec], *(operands if len(operands) <= 3 else (tuple(operands),))))
+        whole = op_node("einsum", spec_attrs[spec], operands)
         if whole in snapshot.index:
             continue  # fused in an earlier round
         out_axis = output.index(terms[len(before)][axis])

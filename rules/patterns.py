@@ -73,11 +73,18 @@ def is_zeros(node: ENode) -> bool:
 OP_HEADS = {1: "Op1", 2: "Op2", 3: "Op3"}  # op nodes by operand count; more operands: "OpN" over a Vec
 
 
+def op_node(name: str, attrs: ENode, operands) -> ENode:
+    """The node of op `name` with its attributes node over `operands` (classes or nodes):
+    Op1, Op2 or Op3 by their count, OpN over a tuple of more."""
+    operands = tuple(operands)
+    if len(operands) in OP_HEADS:
+        return ENode(OP_HEADS[len(operands)], (name, attrs, *operands))
+    return ENode("OpN", (name, attrs, operands))
+
+
 def concat_node(view, classes: list[ClassId], axis: int) -> ENode:
     """The node `concat(classes, axis=axis)`, for a transformer to union with a class."""
-    return ENode(OP_HEADS.get(len(classes), "OpN"),
-                 ("concat", attrs_node({"axis": axis}, view.encoding.constants),
-                  *([tuple(classes)] if len(classes) > 3 else classes)))
+    return op_node("concat", attrs_node({"axis": axis}, view.encoding.constants), classes)
 
 
 def is_concat(view, cid: ClassId) -> bool:
