@@ -82,9 +82,10 @@ class _StackedRows:
                                 for value in row]
         if self.host_rows is not None:
             for (start, size, shape), value in zip(self.host_rows, row):
-                if value.shape != shape:  # a body's rows share one shape: never expected
-                    raise ValueError(f"egad loop: a stacked row of shape {tuple(value.shape)} after rows of "
-                                     f"shape {tuple(shape)}")
+                # a body's rows share one shape and are compact (kernel outputs, compact arguments): never expected
+                if value.shape != shape or not value.is_contiguous():
+                    raise ValueError(f"egad loop: a stacked row of shape {tuple(value.shape)} "
+                                     f"(contiguous: {value.is_contiguous()}) after rows of shape {tuple(shape)}")
                 ctypes.memmove(start + k * size, value.data_ptr(), size)
         else:
             for tensor, value in zip(self.tensors, row):

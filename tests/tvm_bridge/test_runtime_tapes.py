@@ -144,7 +144,7 @@ def test_stacked_loop_outputs_are_in_place_and_their_memory_comes_back_once_unre
 def test_a_stacked_row_of_another_shape_is_refused_not_copied_short():
     stacked = runtime._StackedRows(2, "")
     stacked.put(0, [tensor(np.ones((2, 3), np.float32))])
-    with pytest.raises(ValueError, match=r"row of shape \(3, 2\) after rows of shape \(2, 3\)"):
+    with pytest.raises(ValueError, match=r"row of shape \(3, 2\) \(contiguous: True\) after rows of shape \(2, 3\)"):
         stacked.put(1, [tensor(np.ones((3, 2), np.float32))])
 
 
