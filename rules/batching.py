@@ -67,7 +67,7 @@ from egad.errors import EgadError
 from egad.ir import ops
 from egad.ir.types import TensorType
 
-from .loop_body import copy_body, copy_recorder, copy_region, loop_body
+from .loop_body import copy_loop, loop_body
 from .patterns import INT_DTYPES, constant_integers, int_constant, is_index_add, is_zeros, op_node
 from .registry import family, rewrite
 
@@ -222,24 +222,13 @@ def _batch(view, loop: ENode, gets: dict[int, ClassId]) -> bool:
     if not plans:
         return False
 
-    new_region = copy_region(view, region)
-    renumbered = {0: 0, **{1 + k: 1 + j for j, k in enumerate(kept)}}
-
-    record = copy_recorder(view)
-    copies = copy_body(body, lambda index: ENode("Arg", (new_region, renumbered[index])), record)
-
-    def copy(cid: ClassId):
-        return copies.get(cid, cid)
-
     stacked_ys = [ys[j] for j in kept_ys]
     whole = {leaf: rows for leaf in _stacked(plans, invariant)
              if (rows := _rows_of_invariant(view, region, lo, hi, leaf, invariant)) is not None}
     # a leaf the loop stacks already is reused; one that is a row of an invariant is not stacked
     stacked = [c for c in _stacked(plans, invariant) if c not in stacked_ys and c not in whole]
-    new_results = tuple(copy(results[k]) for k in kept) + tuple(copy(c) for c in stacked_ys) + \
-        tuple(copy(c) for c in stacked)
-    new_loop = record(view.snapshot.index[loop], ENode("For", (new_region, lo, hi, tuple(inits[k] for k in kept),
-                                                                new_results, attrs_class)))
+    new_results = [results[k] for k in kept] + stacked_ys + stacked
+    new_loop = copy_loop(view, view.snapshot.index[loop], loop, body, new_results, kept)
     outputs = [ENode("Get", (new_loop, j)) for j in range(len(new_results))]
     rows = {cid: outputs[len(kept) + j] for j, cid in enumerate(stacked_ys + stacked)}  # a per-step value -> its rows
     rows.update(whole)

@@ -91,7 +91,7 @@ from egad.egraph.enode import ClassId, ENode, children
 from egad.ir import ops
 from egad.ir.types import TapeType, TensorType
 
-from .loop_body import copy_body, copy_recorder, copy_region, loop_attrs, loop_body
+from .loop_body import copy_body, copy_loop, copy_recorder, copy_region, loop_attrs, loop_body
 from .patterns import int_constant
 from .registry import family
 
@@ -368,7 +368,7 @@ def _stack_forward(view, rule: str, forward: _Forward, outputs, existing) -> boo
     """F' (F without its tapes, stacking the values of the stored ones), or the one an
     earlier round made (`existing`: its class and node); F's other outputs are unioned
     with F''s. Sets `forward.rows`; False when F's body cannot be copied."""
-    region, lo, hi, inits, results, attrs_class = forward.node.args
+    region, _, _, inits, results, _ = forward.node.args
     n_state = len(inits)
     kept = [k for k in range(n_state) if k not in forward.pushed]
     ys = list(results[n_state:])
@@ -385,13 +385,7 @@ def _stack_forward(view, rule: str, forward: _Forward, outputs, existing) -> boo
     if walked is None or walked[1] & {1 + k for k in forward.pushed}:
         return False  # a kept or pushed value that reads a tape
     body, _ = walked
-    new_region = copy_region(view, region, (rule, region, tuple(forward.stored)))
-    renumbered = {0: 0, **{1 + k: 1 + j for j, k in enumerate(kept)}}
-    record = copy_recorder(view)
-    copies = copy_body(body, lambda index: ENode("Arg", (new_region, renumbered[index])), record)
-    new_results = tuple(copies.get(c, c) for c in starts)
-    new_loop = record(forward.cid, ENode("For", (new_region, lo, hi, tuple(inits[k] for k in kept), new_results,
-                                                attrs_class)))
+    new_loop = copy_loop(view, forward.cid, forward.node, body, starts, kept, (rule, region, tuple(forward.stored)))
     gets = outputs.get(forward.cid, {})
     for k, get in sorted(gets.items()):
         if k >= n_state:
@@ -399,6 +393,7 @@ def _stack_forward(view, rule: str, forward: _Forward, outputs, existing) -> boo
         elif k in kept:
             view.union(get, ENode("Get", (new_loop, kept.index(k))))
     forward.rows = {}
+    record = copy_recorder(view)
     for t, k in enumerate(forward.stored):
         # recorded here, for the pushed value's source line; a later use of the same
         # node object (a take of it, a union with it) gets this record back

@@ -29,7 +29,7 @@ from egad.egraph.enode import ClassId, ENode
 from egad.ir import ops
 from egad.ir.types import TapeType, TensorType
 
-from .loop_body import copy_body, copy_recorder, copy_region, loop_body
+from .loop_body import copy_loop, loop_body
 from .patterns import axis_slice_node, concat_node, is_concat, op_node
 from .registry import family
 
@@ -257,7 +257,7 @@ def stack_concatenated_rows(view) -> int:
 def _stack_concatenation(view, loop: ENode, gets: dict[int, ClassId], concat_class: ClassId, concat: ENode,
                          position: dict[ClassId, int]) -> bool:
     types = view.types
-    region, lo, hi, inits, results, attrs_class = loop.args
+    region, _, _, inits, results, _ = loop.args
     n_state = len(inits)
     parts = _term_inputs(concat)
     concat_type = types.get(concat_class)
@@ -275,12 +275,8 @@ def _stack_concatenation(view, loop: ENode, gets: dict[int, ClassId], concat_cla
     if walked is None:
         return False
     body, _ = walked
-    new_region = copy_region(view, region, copied_from=(STACK_CONCATENATIONS, region, ()))
-    record = copy_recorder(view)
-    copies = copy_body(body, lambda index: ENode("Arg", (new_region, index)), record)
-    new_loop = record(view.snapshot.index[loop], ENode("For", (new_region, lo, hi, inits,
-                                                              tuple(copies.get(c, c) for c in new_results),
-                                                              attrs_class)))
+    new_loop = copy_loop(view, view.snapshot.index[loop], loop, body, new_results, list(range(n_state)),
+                         copied_from=(STACK_CONCATENATIONS, region, ()))
     for k, get in sorted(gets.items()):
         if k < n_state:
             view.union(get, ENode("Get", (new_loop, k)))

@@ -160,6 +160,21 @@ def copy_body(body: dict[ClassId, ENode], arg, record, seeded=None, roots=None) 
     return copies
 
 
+def copy_loop(view, loop_class: ClassId, loop: ENode, body: dict[ClassId, ENode], results, kept: list[int],
+              copied_from: tuple | None = None) -> ENode:
+    """`loop` again, over a copy of `body` (a `loop_body` walk): its bounds and attributes,
+    the states `kept` (positions in its inits; their Args renumbered, the others dropped)
+    and the copies of `results` as its results, in a fresh region (`copy_region`).
+    Returns the new loop's stable form, recorded in `loop_class`."""
+    region, lo, hi, inits, _, attrs_class = loop.args
+    new_region = copy_region(view, region, copied_from)
+    renumbered = {0: 0, **{1 + k: 1 + j for j, k in enumerate(kept)}}
+    record = copy_recorder(view)
+    copies = copy_body(body, lambda index: ENode("Arg", (new_region, renumbered[index])), record)
+    return record(loop_class, ENode("For", (new_region, lo, hi, tuple(inits[k] for k in kept),
+                                           tuple(copies.get(c, c) for c in results), attrs_class)))
+
+
 def _substitute(field, copies):
     if isinstance(field, ClassId):
         return copies.get(field, field)
