@@ -654,7 +654,8 @@ def _column_block(extent: int, lanes: int, other_outputs: int | None) -> int:
     narrow = _vector_width(extent, lanes)
     if extent % lanes:
         return narrow
-    blocks_wanted = max(1, -(-COLUMN_BLOCKS // (other_outputs or COLUMN_BLOCKS)))
+    # the other outputs are tasks too: the columns make up the rest (symbolic ones: enough already)
+    blocks_wanted = -(-COLUMN_BLOCKS // other_outputs) if other_outputs else 1
     for vectors in range(COLUMN_BLOCK_VECTORS, 1, -1):
         width = vectors * lanes
         if extent % width == 0 and extent // width >= blocks_wanted:
@@ -786,14 +787,7 @@ def _tile_transposed_reads(sch, block, lanes: int, iterations: int | None) -> bo
     outer, inner = loops[-2], loops[-1]
     if any(extent is None or extent % lanes for extent in (_extent(sch, outer), _extent(sch, inner))):
         return False
-    realize = _sblock_realize(sch, block)
-    outer_var, inner_var = sch.get(outer).loop_var, sch.get(inner).loop_var
-    row = column = None  # the block's iterators bound to the two inner loops
-    for iter_var, value in zip(realize.block.iter_vars, realize.iter_values):
-        if value.same_as(outer_var):
-            row = iter_var.var
-        elif value.same_as(inner_var):
-            column = iter_var.var
+    row, column = _iterator_bound_to(sch, block, outer), _iterator_bound_to(sch, block, inner)
     if row is None or column is None or not any(
             _reads_across_rows(node, row, column) for node in _expression_nodes(store.value, into_loads=False)):
         return False
@@ -841,10 +835,8 @@ def _partition_pieces(sch, block, lanes: int, iterations: int | None) -> bool:
             iterator = found[0]
             bounds.add(found[1])
     loops = sch.get_loops(block)
-    realize = _sblock_realize(sch, block)
-    innermost = sch.get(loops[-1]).loop_var
-    if iterator is None or not any(iter_var.var.same_as(iterator) and value.same_as(innermost)
-                                   for iter_var, value in zip(realize.block.iter_vars, realize.iter_values)):
+    bound = _iterator_bound_to(sch, block, loops[-1])
+    if iterator is None or bound is None or not bound.same_as(iterator):
         return False  # the pieces are not cut along the innermost loop alone
     extent = _extent(sch, loops[-1])
     width = _vector_width(extent, lanes) if extent is not None else 1
@@ -1023,6 +1015,14 @@ def _loop_bound_to(sch, block, loops, expression):
             if iter_var.var in targets and loop_var in set(undefined_vars(value)):
                 return loop
     return None
+
+
+def _iterator_bound_to(sch, block, loop):
+    """The iterator of `block` bound to `loop`'s variable alone, if any."""
+    realize = _sblock_realize(sch, block)
+    loop_var = sch.get(loop).loop_var
+    return next((iter_var.var for iter_var, value in zip(realize.block.iter_vars, realize.iter_values)
+                 if value.same_as(loop_var)), None)
 
 
 def _sblock_realize(sch, block):
