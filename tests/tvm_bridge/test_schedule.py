@@ -206,11 +206,15 @@ def test_matmul_is_tiled_parallel_and_vectorized():
     assert {"parallel", "vectorized", "unroll"} <= loop_kinds(func)
 
 
+def host_lanes() -> int:
+    """float32 lanes of a vector on the host CPU."""
+    return schedule._vector_bits(resolve("llvm").tvm_target) // 32
+
+
 def host_column_tiles(columns: int) -> int:
     """Column tiles of a float32 product with this many columns on the host CPU: each
     MATMUL_VECTORS_PER_TILE vectors wide."""
-    lanes = schedule._vector_bits(resolve("llvm").tvm_target) // 32
-    return columns // (schedule.MATMUL_VECTORS_PER_TILE * lanes)
+    return columns // (schedule.MATMUL_VECTORS_PER_TILE * host_lanes())
 
 
 def test_many_rows_are_cut_into_blocks_that_every_column_tile_reads():
@@ -471,7 +475,7 @@ def test_a_transpose_runs_in_square_tiles_of_vectors(fn, args):
     """Each vector of a transpose reads a vector's worth of rows of its input; a square
     tile reuses those rows' cache lines for as many output rows (untiled, an LSTM's four
     256 x 256 recurrent weights transposed into one 1024 x 256 took 132 us, tiled 23)."""
-    lanes = schedule._vector_bits(resolve("llvm").tvm_target) // 32
+    lanes = host_lanes()
     (func,) = scheduled_prim_funcs(fn, *args).values()
     tile = rf"T\.int64\({lanes}\)\):\n\s+for \w+ in T\.vectorized\(T\.int64\({lanes}\)\)"
     assert re.search(tile, func.script())  # the tile's rows, then one vector of its columns
@@ -479,7 +483,7 @@ def test_a_transpose_runs_in_square_tiles_of_vectors(fn, args):
 
 
 def test_a_large_transpose_runs_its_tiles_in_parallel():
-    lanes = schedule._vector_bits(resolve("llvm").tvm_target) // 32
+    lanes = host_lanes()
     (func,) = scheduled_prim_funcs(transposes_stacked, f32(256, 256), f32(256, 256)).values()
     assert re.findall(r"in T\.parallel\(T\.int64\((\d+)\)\)", func.script()) == [str(512 * 256 // lanes ** 2)]
 
