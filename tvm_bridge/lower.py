@@ -22,7 +22,7 @@ from egad.ir.program import Binding, Program, Region
 from egad.ir.types import TapeType, TensorType
 
 from . import creation, elementwise, index, linalg, nn, reduction, shape  # noqa: F401 (register lowerings)
-from . import index_checks
+from . import index_checks, rows_in_place
 from .creation import filled
 from .host_checks import host_check_sites
 from .reduction import empty_reduction
@@ -68,13 +68,18 @@ class Lowering:
         self.function(program.region, "main")
         return self.bb.get()
 
-    def function(self, region: Region, name: str | None = None, counter_step: int = 0) -> relax.GlobalVar:
+    def function(self, region: Region, name: str | None = None, counter_step: int = 0,
+                 rows_from: int | None = None) -> relax.GlobalVar:
         """A Relax function for `region`. A `for` body (counter_step ±1) also returns
-        its next counter, so the driver never builds a tensor per iteration."""
+        its next counter, so the driver never builds a tensor per iteration. A body
+        whose stacked rows (its results from `rows_from` on) can be written in place
+        (`rows_in_place.can_write_in_place`) also takes the stacks and the trip's row
+        offsets, for tvm_bridge/rows_in_place.py to point its kernels at."""
         for binding in region.bindings:  # sub-regions first: Relax builds one function at a time
             step = (-1 if binding.attrs.get("reverse") else 1) if binding.op == "for" else 0
+            rows = binding.attrs["n_state"] if binding.op == "for" else None
             for sub in binding.regions:
-                self.functions[id(sub)] = self.function(sub, counter_step=step)
+                self.functions[id(sub)] = self.function(sub, counter_step=step, rows_from=rows)
         if name is None:
             self.counter += 1
             name = f"{region.name}_{self.counter}"
@@ -84,7 +89,11 @@ class Lowering:
         invoke = relax.Var("invoke", relax.ObjectType())
         params = [relax.Var(p.hint.replace(".", "_") or f"p{k}", relax_type(p.type, symbols))
                   for k, p in enumerate(region.params)]
-        with self.bb.function(name, [invoke, *params], pure=False, private=name != "main"):
+        rows = [v.type for v in region.results[rows_from:]] if rows_from is not None else []
+        in_place = rows_in_place.stack_params(rows) if rows_in_place.can_write_in_place(rows) else []
+        attrs = {rows_in_place.ATTR: rows_from} if in_place else None
+        with self.bb.function(name, [invoke, *params, *in_place], attrs=attrs, pure=False,
+                              private=name != "main"):
             env = {p.uid: v for p, v in zip(region.params, params)}
             pops, bindings, pushes = _tape_ops_at_the_ends(region)
             if pops:
@@ -165,10 +174,12 @@ class Lowering:
         n_state = binding.attrs["n_state"]
         (body,) = binding.regions
         layout = json.dumps(_row_layout(binding))
+        rows = [v.type for v in body.results[n_state:]]
         call = relax.Call(relax.ExternFunc("egad.for_loop"),
                           [invoke, self.functions[id(body)], args[0], args[1],
                            relax.prim_value(int(bool(binding.attrs.get("reverse")))), relax.prim_value(n_state),
-                           relax.expr.String(layout), *args[2:]],
+                           relax.expr.String(layout),
+                           relax.prim_value(int(rows_in_place.can_write_in_place(rows))), *args[2:]],
                           ty_args=[relax.TupleType([_loose(v.type) for v in binding.outputs])])
         return self._unpack_typed(call, binding.outputs)
 

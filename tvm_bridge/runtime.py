@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import bisect
 import ctypes
+import functools
 import itertools
 import json
 import math
@@ -61,7 +62,12 @@ class _StackedRows:
     each row is copied into its place right after its iteration, while it is still
     in cache, and its buffer goes back to the VM's pool at once (stacking all rows
     at the end read them cold: 12.8 ms for 10 MiB of an LSTM's stacked gradients,
-    and held every row until then). Host memory comes from `_SPARE_BUFFERS`."""
+    and held every row until then). Host memory comes from `_SPARE_BUFFERS`.
+
+    A body that writes its rows in place (tvm_bridge/rows_in_place.py) gets the
+    stacks before its first trip (`allocate`) and each trip's row offsets; a row
+    already in its place is not copied (an LSTM's T=64 gradient: 128 of its 512 rows
+    a step are still copied, the states it passes through)."""
 
     def __init__(self, trips: int, layout: str):
         self.trips, self.layout = trips, layout
@@ -69,33 +75,68 @@ class _StackedRows:
         # host rows: (where the stack starts, bytes a row, the row's shape) per output,
         # copied with one memmove each (0.9 us a 32 KiB row, against 1.4 us through numpy)
         self.host_rows: list | None = None
+        self.offsets: list | None = None  # a body writing its rows in place: each trip's row offsets
+
+    def allocate(self, device, values) -> None:
+        """Make the stacks before the first trip, from the layout (static shapes), for a
+        body whose kernels write the rows into them (tvm_bridge/rows_in_place.py)."""
+        rows = [((*(_row_dim(d, values) for d in shape),), dtype) for shape, dtype in json.loads(self.layout)]
+        self._make(rows, device)
+        sizes = tuple(math.prod(shape) * np.dtype(dtype).itemsize for shape, dtype in rows)
+        self.offsets = _row_offsets(self.trips, sizes)
+
+    def holds(self, value) -> bool:
+        """Whether `value` is a row of a stack a body wrote in place."""
+        if self.offsets is None or not isinstance(value, tvm.runtime.Tensor):
+            return False
+        at = value.data_ptr()
+        return any(0 <= at - stack.data_ptr() < _nbytes(stack) for stack in self.tensors)
+
+    def in_place_arguments(self, k: int) -> tuple:
+        """What a body writing its rows in place takes after its invariants on row k."""
+        return () if self.offsets is None else (*self.tensors, self.offsets[k])
+
+    def _make(self, rows, device) -> None:
+        """The stacks of rows of these (shape, dtype)s."""
+        if device.dlpack_device_type() == 1 and all(dtype in _NUMPY_DTYPES for _, dtype in rows):
+            # host tensors numpy can hold: reused host memory
+            views = [_SPARE_BUFFERS.aligned((self.trips, *shape), dtype) for shape, dtype in rows]
+            self.tensors = [tvm.runtime.from_dlpack(view) for view in views]
+            self.host_rows = [(view.ctypes.data, view[0].nbytes, shape) for view, (shape, _) in zip(views, rows)]
+        else:
+            self.tensors = [tvm.runtime.empty((self.trips, *shape), dtype, device) for shape, dtype in rows]
 
     def put(self, k: int, row) -> None:
         if self.tensors is None:
-            if all(value.device.dlpack_device_type() == 1 and str(value.dtype) in _NUMPY_DTYPES
-                   for value in row):  # host tensors numpy can hold: reused host memory
-                views = [_SPARE_BUFFERS.aligned((self.trips, *value.shape), str(value.dtype)) for value in row]
-                self.tensors = [tvm.runtime.from_dlpack(view) for view in views]
-                self.host_rows = [(view.ctypes.data, view[0].nbytes, value.shape) for view, value in zip(views, row)]
-            else:
-                self.tensors = [tvm.runtime.empty((self.trips, *value.shape), value.dtype, value.device)
-                                for value in row]
+            self._make([(tuple(value.shape), str(value.dtype)) for value in row], row[0].device)
         if self.host_rows is not None:
             for (start, size, shape), value in zip(self.host_rows, row):
+                at = start + k * size
+                if value.data_ptr() == at:
+                    continue  # a kernel wrote it in place
                 # a body's rows share one shape and are compact (kernel outputs, compact arguments): never expected
                 if value.shape != shape or not value.is_contiguous():
                     raise ValueError(f"egad loop: a stacked row of shape {tuple(value.shape)} "
                                      f"(contiguous: {value.is_contiguous()}) after rows of shape {tuple(shape)}")
-                ctypes.memmove(start + k * size, value.data_ptr(), size)
+                ctypes.memmove(at, value.data_ptr(), size)
         else:
             for tensor, value in zip(self.tensors, row):
-                tensor._create_view(tuple(value.shape), value.dtype, k * _nbytes(value)).copyfrom(value)
+                size = _nbytes(value)
+                if value.data_ptr() != tensor.data_ptr() + k * size:
+                    tensor._create_view(tuple(value.shape), value.dtype, k * size).copyfrom(value)
 
     def result(self, device, values) -> list:
         if self.tensors is None:  # zero rows: the shapes come from the layout (lower.py `_row_layout`)
             return [tvm.runtime.tensor(np.zeros([0, *(_row_dim(d, values) for d in shape)], dtype), device)
                     for shape, dtype in json.loads(self.layout)]
         return self.tensors
+
+
+@functools.lru_cache(maxsize=256)
+def _row_offsets(trips: int, sizes: tuple) -> list:
+    """Per trip k, the shape (k * size for each stack's row size) a body writing its rows
+    in place takes: made once per loop shape, as a ShapeTuple costs ~1-2 us to make."""
+    return [tvm.runtime.ShapeTuple([k * size for size in sizes]) for k in range(trips)]
 
 
 def _row_dim(dim, values) -> int:
@@ -121,7 +162,9 @@ def _nbytes(tensor) -> int:
 
 
 @tvm_ffi.register_global_func("egad.for_loop", override=True)
-def _for_loop(invoke, body, lo, hi, reverse, n_state, ys_layout, *values):
+def _for_loop(invoke, body, lo, hi, reverse, n_state, ys_layout, rows_in_place, *values):
+    """`rows_in_place`: the body takes the stacks and each trip's row offsets after its
+    invariants (tvm_bridge/rows_in_place.py), and its kernels write the rows there."""
     n_state = int(n_state)
     state, invariants = list(values[:n_state]), list(values[n_state:])
     lo, hi = _scalar(lo), _scalar(hi)
@@ -132,14 +175,18 @@ def _for_loop(invoke, body, lo, hi, reverse, n_state, ys_layout, *values):
     if steps:
         # the body returns its next counter last: one counter tensor made here, none per iteration
         counter = _int64_scalar(steps[0], device)
+        if int(rows_in_place):
+            stacked.allocate(device, values)
     for i in steps:
-        out = _items(invoke(body, invoke, counter, *state, *invariants))
+        out = _items(invoke(body, invoke, counter, *state, *invariants, *stacked.in_place_arguments(i - lo)))
         state = out[:n_state]
         if has_ys:
             stacked.put(i - lo, out[n_state:-1])
         counter = out[-1]
     ys = stacked.result(device, values) if has_ys else []
-    return tvm_ffi.convert(_not_arguments(state, values) + ys)
+    # a state a kernel also wrote as a row lives in a stack: copied, so no result shares another's memory
+    state = [_copy(v) if stacked.holds(v) else v for v in _not_arguments(state, values)]
+    return tvm_ffi.convert(state + ys)
 
 
 @tvm_ffi.register_global_func("egad.while_loop", override=True)

@@ -62,7 +62,7 @@ from tvm.s_tir.dlight.analysis import SBlockInfo, get_sblock_info, normalize_pri
 from tvm.target.codegen import target_has_features
 from tvm.tirx.analysis import undefined_vars
 
-from . import fusion, gpu, vm_checks
+from . import fusion, gpu, rows_in_place, vm_checks
 from .tir_blocks import moves_data, sblocks
 
 RULE_COUNTS: collections.Counter[str] = collections.Counter()
@@ -141,8 +141,9 @@ def relax_pipeline(target) -> tvm.transform.Pass | None:
     """The Relax pipeline egad builds with for `target`: TVM's default pipeline for its
     backend (cpu_generic for llvm, tvm_bridge/gpu.py's choice for GPUs) with egad's
     fusion passes, and egad's kernel scheduling after fusion (`schedule_prim_funcs` on
-    the CPU, guarded dlight rules on GPUs), and no parameter checks in the region
-    functions (tvm_bridge/vm_checks.py); None (TVM's default) for other targets.
+    the CPU, guarded dlight rules on GPUs), loop bodies' stacked rows written in place
+    (tvm_bridge/rows_in_place.py), and no parameter checks in the region functions
+    (tvm_bridge/vm_checks.py); None (TVM's default) for other targets.
     Example: `tvm.compile(mod, target, relax_pipeline=relax_pipeline(target) or "default")`."""
     resolved = _as_target(target)
     if resolved.kind.name == "llvm":
@@ -156,7 +157,7 @@ def relax_pipeline(target) -> tvm.transform.Pass | None:
     def pipeline(mod: tvm.IRModule, _context) -> tvm.IRModule:
         with resolved:
             passes = (fusion.fusion_passes(resolved, backend)
-                      + [scheduling]
+                      + [scheduling, rows_in_place.write_rows_in_place]
                       + backend.dataflow_lower_passes(resolved)
                       + backend.finalize_passes(resolved)
                       + [vm_checks.drop_region_parameter_checks])

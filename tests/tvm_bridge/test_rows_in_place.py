@@ -1,0 +1,134 @@
+"""Stacked rows written in place (tvm_bridge/rows_in_place.py): a loop's rows that a
+kernel computes land in the loop's stacks with no copy by the driver, and results agree
+with the interpreter for every kind of row: one a kernel makes, the state passed through
+(copied), a row also carried as state, a row stacked twice, reversed loops, zero trips,
+and rows too small to be written in place (copied, as before)."""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+
+import egad
+import egad.numpy as enp
+from egad.tvm_bridge import build, runtime
+from egad.tvm_bridge.cache import BuildCache
+from egad.tvm_bridge.rows_in_place import can_write_in_place
+from egad.ir.types import TensorType
+
+T, B, H = 5, 4, 16  # a row of B x H float32 is 256 bytes: written in place
+
+
+class _CountedCopies:
+    """Stands in for runtime.ctypes: counts the driver's row copies."""
+
+    def __init__(self):
+        self.count = 0
+
+    def memmove(self, *args):
+        self.count += 1
+        return ctypes.memmove(*args)
+
+
+def compiled_with_copies(monkeypatch, fn, args, calls=None):
+    """Build `fn` traced on `args`, run it on each of `calls` (default: `args`), check each
+    result against the interpreter, and return the driver's row copies per call."""
+    program = egad.trace(fn, *args)
+    compiled = build(program, cache=BuildCache(None))
+    copies = _CountedCopies()
+    monkeypatch.setattr(runtime, "ctypes", copies)
+    counts = []
+    for call in calls or [args]:
+        copies.count = 0
+        got = compiled(*call)
+        counts.append(copies.count)
+        for value, expected in zip(got, egad.interpret(program, *call)):
+            np.testing.assert_allclose(value, expected, rtol=1e-6, atol=1e-6)
+    return counts
+
+
+def _inputs(rng=np.random.default_rng(0), steps=T, width=H):
+    W = (rng.standard_normal((width, width)) * 0.3).astype(np.float32)
+    xs = rng.standard_normal((steps, B, width)).astype(np.float32)
+    h0 = rng.standard_normal((B, width)).astype(np.float32)
+    return W, xs, h0
+
+
+def rows_made_and_passed_through(W, xs, h0):
+    def step(h, x):
+        h_new = enp.tanh(h @ W + x)
+        return h_new, (h_new * 2.0, h)  # a row a kernel makes; the state passed through
+
+    return egad.scan(step, h0, xs)
+
+
+def test_a_row_a_kernel_makes_is_not_copied_and_the_state_passed_through_is(monkeypatch):
+    (copies,) = compiled_with_copies(monkeypatch, rows_made_and_passed_through, _inputs())
+    assert copies == T  # the passed-through state's rows only
+
+
+def rows_that_are_also_state(W, xs, h0):
+    def step(h, x):
+        h_new = enp.tanh(h @ W + x)
+        return h_new, (h_new, h_new)  # carried on, and stacked twice
+
+    h, (first, second) = egad.scan(step, h0, xs)
+    return h, first, second, h * 3.0  # h's memory must be its own: a later op reads it
+
+
+def test_a_row_carried_as_state_and_stacked_twice_agrees_with_the_interpreter(monkeypatch):
+    (copies,) = compiled_with_copies(monkeypatch, rows_that_are_also_state, _inputs())
+    assert copies == T  # the second stack of the same row
+
+
+def test_the_final_state_does_not_share_memory_with_the_stack_it_was_written_into():
+    args = _inputs()
+    program = egad.trace(rows_that_are_also_state, *args)
+    h, first, _, _ = build(program, cache=BuildCache(None))(*args)
+    assert not np.shares_memory(h, first)
+    h += 1.0
+    np.testing.assert_allclose(first[-1] + 1.0, h, rtol=1e-6, atol=1e-6)  # the stack kept its row
+
+
+def reversed_rows(W, xs, h0):
+    def step(h, x):
+        h_new = enp.tanh(h @ W + x)
+        return h_new, enp.exp(h_new * 0.5)
+
+    return egad.scan(step, h0, xs, reverse=True)
+
+
+def test_a_reversed_loop_writes_each_row_at_its_own_step(monkeypatch):
+    (copies,) = compiled_with_copies(monkeypatch, reversed_rows, _inputs())
+    assert copies == 0
+
+
+def test_rows_of_a_symbolic_number_of_trips_including_none(monkeypatch):
+    W, xs, h0 = _inputs()
+    program = egad.trace(reversed_rows, egad.Spec((H, H), "float32"), egad.Spec(("T", B, H), "float32"),
+                         egad.Spec((B, H), "float32"))
+    compiled = build(program, cache=BuildCache(None))
+    for steps in (0, 1, 3):
+        call = (W, xs[:steps], h0)
+        for value, expected in zip(compiled(*call), egad.interpret(program, *call)):
+            assert value.shape == expected.shape
+            np.testing.assert_allclose(value, expected, rtol=1e-6, atol=1e-6)
+
+
+def test_rows_too_small_to_align_are_copied(monkeypatch):
+    (copies,) = compiled_with_copies(monkeypatch, rows_made_and_passed_through, _inputs(width=3))
+    assert copies == 2 * T  # 4 x 3 float32 rows (48 bytes) would start off 64-byte boundaries
+
+
+@pytest.mark.parametrize("row, expected", [
+    (TensorType((4, 16), "float32"), True),
+    (TensorType((16,), "float64"), True),
+    (TensorType((4, 3), "float32"), False),  # 48 bytes
+    (TensorType(("B", 16), "float32"), False),  # symbolic
+    (TensorType((64,), "bool"), False),
+    (TensorType((0, 16), "float32"), False),
+])
+def test_which_rows_are_written_in_place(row, expected):
+    assert can_write_in_place([row]) is expected
+    assert can_write_in_place([TensorType((4, 16), "float32"), row]) is expected

@@ -1,0 +1,128 @@
+"""Stacked rows written in place: a `for` body's kernels write the rows the loop stacks
+(its per-trip outputs, `ys`) straight into the loop's stacks, at the trip's row.
+
+Without this, the loop driver (runtime.py `egad.for_loop`) copies each row into its
+stack after the trip, from a buffer the VM allocated for it: an allocation, a copy and
+a Python call per row and trip (an LSTM's T=64 gradient: 8 rows a trip pair, 23 MB a
+step). Here:
+
+- lower.py gives a body whose rows all qualify (`can_write_in_place`) two more kinds of
+  parameter (`stack_params`): the stacks, one per row, each `[trips, *row]`, which the
+  driver allocates before the first trip, and `row_offsets`, a shape holding the
+  trip's byte offset into each stack;
+- after fusion, `write_rows_in_place` rewrites each row a kernel makes (`call_tir`)
+  into that kernel writing a view of its stack at the offset (`call_tir_inplace`). The
+  view is re-based (`R.memory.ensure_zero_offset`): TVM's kernels address a tensor
+  from its data pointer, and `R.memory.view` keeps the offset in byte_offset. Where the
+  device has no pointer arithmetic, ensure_zero_offset copies instead, the kernel
+  writes the copy, and the driver copies that row as before;
+- the body still returns its rows; the driver copies those not already in place (a
+  parameter passed through, a row some other op made).
+
+Rows qualify when each has a static shape and a size that is a multiple of 64 bytes:
+TVM's kernels assume 64-byte aligned buffers, and row k starts k row sizes into a
+64-byte aligned stack.
+"""
+from __future__ import annotations
+
+import numpy as np
+import tvm
+from tvm import relax
+from tvm import tirx as tir
+
+from egad.ir.types import TensorType
+
+ATTR = "egad.rows_from"  # on a body taking stacks: the position of its first stacked result
+ALIGNMENT = 64
+_CALL_TIR = tvm.ir.Op.get("relax.call_tir")
+
+
+def can_write_in_place(rows) -> bool:
+    """Whether a body with stacked rows of these IR types takes stacks to write them into."""
+    return bool(rows) and all(isinstance(t, TensorType) and t.is_static and t.dtype != "bool"
+                              and _row_bytes(t) % ALIGNMENT == 0 and _row_bytes(t) > 0 for t in rows)
+
+
+def _row_bytes(t: TensorType) -> int:
+    return int(np.prod(t.shape, dtype=np.int64)) * np.dtype(t.dtype).itemsize
+
+
+def stack_params(rows) -> list:
+    """The extra parameters of a body whose rows are `rows`: a stack per row, then the
+    trip's byte offsets into them."""
+    stacks = [relax.Var(f"stack_{k}", relax.TensorType(ndim=len(t.shape) + 1, dtype=t.dtype))
+              for k, t in enumerate(rows)]
+    offsets = relax.ShapeType([tir.Var(f"row_offset_{k}", "int64") for k in range(len(rows))])
+    return [*stacks, relax.Var("row_offsets", offsets)]
+
+
+@tvm.transform.module_pass(opt_level=0, name="egad.WriteRowsInPlace")
+def write_rows_in_place(mod: tvm.IRModule, _context) -> tvm.IRModule:
+    """Run after fusion and kernel scheduling, before CallTIRRewrite: every row a body
+    taking stacks computes with a kernel is written by that kernel into its stack."""
+    rewritten = {}
+    for global_var, func in mod.functions_items():
+        if isinstance(func, relax.Function) and func.attrs is not None and ATTR in func.attrs:
+            new_func = _write_in_place(func)
+            if new_func is not None:
+                rewritten[global_var] = new_func
+    if not rewritten:
+        return mod
+    for global_var, func in rewritten.items():
+        mod[global_var] = func
+    return relax.transform.Normalize()(mod)
+
+
+def _write_in_place(func: relax.Function) -> relax.Function | None:
+    if not isinstance(func.body, relax.SeqExpr) or not isinstance(func.body.body, relax.Tuple):
+        return None
+    offsets = func.params[-1]
+    offset_vars = list(offsets.ty.values)
+    stacks = func.params[-1 - len(offset_vars):-1]
+    rows_from = int(func.attrs[ATTR])
+    rows = func.body.body.fields[rows_from:rows_from + len(stacks)]
+    targets = {}  # a row's var -> which stack it goes into (a var stacked twice: the first)
+    for k, row in enumerate(rows):
+        if isinstance(row, relax.Var) and row not in targets:
+            targets[row] = k
+    blocks, changed = [], False
+    for block in func.body.blocks:
+        bindings = []
+        for binding in block.bindings:
+            k = targets.get(binding.var)
+            if k is not None and isinstance(binding, relax.VarBinding) and _is_kernel_call(binding.value):
+                bindings.extend(_into_stack(binding, stacks[k], offset_vars[k], isinstance(block, relax.DataflowBlock)))
+                changed = True
+            else:
+                bindings.append(binding)
+        blocks.append(type(block)(bindings, block.span))
+    if not changed:
+        return None
+    body = relax.SeqExpr(blocks, func.body.body, func.body.span)
+    return relax.Function(func.params, body, func.ret_ty, func.is_pure, func.attrs, func.span)
+
+
+def _is_kernel_call(value) -> bool:
+    """A `call_tir` of one static-shaped output and no symbolic-shape arguments."""
+    if not (isinstance(value, relax.Call) and value.op.same_as(_CALL_TIR) and len(value.args) == 2
+            and isinstance(value.args[1], relax.Tuple)):
+        return False
+    (out,) = value.ty_args if len(value.ty_args) == 1 else (None,)
+    return isinstance(out, relax.TensorType) and isinstance(out.shape, relax.ShapeExpr)
+
+
+def _into_stack(binding: relax.VarBinding, stack: relax.Var, offset, dataflow: bool) -> list:
+    """`row = kernel(args)` as: a view of `stack` at `offset`, re-based, and the kernel
+    writing it in place."""
+    call = binding.value
+    out = call.ty_args[0]
+    var = relax.DataflowVar if dataflow else relax.Var
+    view = var(f"{binding.var.name}_row", out)
+    rebased = var(f"{binding.var.name}_in_stack", out)
+    args = list(call.args[1].fields)
+    return [
+        relax.VarBinding(view, relax.op.memory.view(stack, out.shape, out.dtype, relax.prim_value(offset))),
+        relax.VarBinding(rebased, relax.op.memory.ensure_zero_offset(view)),
+        relax.VarBinding(binding.var, relax.call_tir_inplace(call.args[0], relax.Tuple([*args, rebased]),
+                                                             [len(args)], out)),
+    ]
