@@ -90,8 +90,9 @@ class Lowering:
         params = [relax.Var(p.hint.replace(".", "_") or f"p{k}", relax_type(p.type, symbols))
                   for k, p in enumerate(region.params)]
         rows = [v.type for v in region.results[rows_from:]] if rows_from is not None else []
-        in_place = rows_in_place.stack_params(rows) if rows_in_place.can_write_in_place(rows) else []
-        attrs = {rows_in_place.ATTR: rows_from} if in_place else None
+        ahead = counter_step == 1
+        in_place = rows_in_place.stack_params(rows, ahead) if rows_in_place.can_write_in_place(rows) else []
+        attrs = {rows_in_place.ATTR: rows_from, rows_in_place.AHEAD_ATTR: int(ahead)} if in_place else None
         with self.bb.function(name, [invoke, *params, *in_place], attrs=attrs, pure=False,
                               private=name != "main"):
             env = {p.uid: v for p, v in zip(region.params, params)}

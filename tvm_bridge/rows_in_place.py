@@ -7,15 +7,20 @@ a Python call per row and trip (an LSTM's T=64 gradient: 8 rows a trip pair, 23 
 step). Here:
 
 - lower.py gives a body whose rows all qualify (`can_write_in_place`) two more kinds of
-  parameter (`stack_params`): the stacks, one per row, each `[trips, *row]`, which the
-  driver allocates before the first trip, and `row_offsets`, a shape holding the
-  trip's byte offset into each stack;
+  parameter (`stack_params`): the stacks, one per row, each `[trips + 1, *row]`, which
+  the driver allocates before the first trip, and `row_offsets`, a shape holding the
+  trip's byte offset into each stack, then (a loop running forward) the next trip's;
 - after fusion, `write_rows_in_place` rewrites each row a kernel makes (`call_tir`)
   into that kernel writing a view of its stack at the offset (`call_tir_inplace`). The
   view is re-based (`R.memory.ensure_zero_offset`): TVM's kernels address a tensor
   from its data pointer, and `R.memory.view` keeps the offset in byte_offset. Where the
   device has no pointer arithmetic, ensure_zero_offset copies instead, the kernel
   writes the copy, and the driver copies that row as before;
+- a row that is a state the trip started from (an RNN stacks h_{t-1} for its
+  gradient) is the previous trip's result: in a loop running forward, the kernel
+  making that state writes it at the next trip's row (the last trip's, into the
+  stack's spare last row), so only the first trip's row, the loop's initial state, is
+  copied;
 - the body still returns its rows; the driver copies those not already in place (a
   parameter passed through, a row some other op made).
 
@@ -33,6 +38,7 @@ from tvm import tirx as tir
 from egad.ir.types import TensorType
 
 ATTR = "egad.rows_from"  # on a body taking stacks: the position of its first stacked result
+AHEAD_ATTR = "egad.rows_ahead"  # 1: it also takes the next trip's row offsets (a loop running forward)
 ALIGNMENT = 64
 _CALL_TIR = tvm.ir.Op.get("relax.call_tir")
 
@@ -47,13 +53,15 @@ def _row_bytes(t: TensorType) -> int:
     return int(np.prod(t.shape, dtype=np.int64)) * np.dtype(t.dtype).itemsize
 
 
-def stack_params(rows) -> list:
+def stack_params(rows, ahead: bool) -> list:
     """The extra parameters of a body whose rows are `rows`: a stack per row, then the
-    trip's byte offsets into them."""
+    trip's byte offsets into them, then (`ahead`) the next trip's."""
     stacks = [relax.Var(f"stack_{k}", relax.TensorType(ndim=len(t.shape) + 1, dtype=t.dtype))
               for k, t in enumerate(rows)]
-    offsets = relax.ShapeType([tir.Var(f"row_offset_{k}", "int64") for k in range(len(rows))])
-    return [*stacks, relax.Var("row_offsets", offsets)]
+    offsets = [tir.Var(f"row_offset_{k}", "int64") for k in range(len(rows))]
+    if ahead:
+        offsets += [tir.Var(f"next_row_offset_{k}", "int64") for k in range(len(rows))]
+    return [*stacks, relax.Var("row_offsets", relax.ShapeType(offsets))]
 
 
 @tvm.transform.module_pass(opt_level=0, name="egad.WriteRowsInPlace")
@@ -76,22 +84,32 @@ def write_rows_in_place(mod: tvm.IRModule, _context) -> tvm.IRModule:
 def _write_in_place(func: relax.Function) -> relax.Function | None:
     if not isinstance(func.body, relax.SeqExpr) or not isinstance(func.body.body, relax.Tuple):
         return None
-    offsets = func.params[-1]
-    offset_vars = list(offsets.ty.values)
-    stacks = func.params[-1 - len(offset_vars):-1]
-    rows_from = int(func.attrs[ATTR])
-    rows = func.body.body.fields[rows_from:rows_from + len(stacks)]
-    targets = {}  # a row's var -> which stack it goes into (a var stacked twice: the first)
+    offsets = list(func.params[-1].ty.values)
+    ahead = bool(int(func.attrs[AHEAD_ATTR]))
+    count = len(offsets) // 2 if ahead else len(offsets)
+    stacks = func.params[-1 - count:-1]
+    results = func.body.body.fields
+    n_state = int(func.attrs[ATTR])  # the results: the state, the rows, the next counter
+    rows = results[n_state:n_state + count]
+    kernels = {binding.var for block in func.body.blocks for binding in block.bindings
+               if isinstance(binding, relax.VarBinding) and _is_kernel_call(binding.value)}
+    targets = {}  # a var a kernel makes -> (its stack, the offset it goes at); a var stacked twice: the first
     for k, row in enumerate(rows):
-        if isinstance(row, relax.Var) and row not in targets:
-            targets[row] = k
+        if row in kernels and row not in targets:
+            targets[row] = (stacks[k], offsets[k])
+    if ahead:  # a state the trip started from: the previous trip made it (params: invoke, counter, state, ...)
+        states = {param: j for j, param in enumerate(func.params[2:2 + n_state])}
+        for k, row in enumerate(rows):
+            made = results[states[row]] if row in states else None
+            if made in kernels and made not in targets:
+                targets[made] = (stacks[k], offsets[count + k])
     blocks, changed = [], False
     for block in func.body.blocks:
         bindings = []
         for binding in block.bindings:
-            k = targets.get(binding.var)
-            if k is not None and isinstance(binding, relax.VarBinding) and _is_kernel_call(binding.value):
-                bindings.extend(_into_stack(binding, stacks[k], offset_vars[k], isinstance(block, relax.DataflowBlock)))
+            target = targets.get(binding.var) if isinstance(binding, relax.VarBinding) else None
+            if target is not None:
+                bindings.extend(_into_stack(binding, *target, isinstance(block, relax.DataflowBlock)))
                 changed = True
             else:
                 bindings.append(binding)

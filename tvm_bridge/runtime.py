@@ -66,8 +66,8 @@ class _StackedRows:
 
     A body that writes its rows in place (tvm_bridge/rows_in_place.py) gets the
     stacks before its first trip (`allocate`) and each trip's row offsets; a row
-    already in its place is not copied (an LSTM's T=64 gradient: 128 of its 512 rows
-    a step are still copied, the states it passes through)."""
+    already in its place is not copied (an LSTM's T=64 gradient: 2 of its 512 rows a
+    step are still copied, the initial states it stacks)."""
 
     def __init__(self, trips: int, layout: str):
         self.trips, self.layout = trips, layout
@@ -76,35 +76,45 @@ class _StackedRows:
         # copied with one memmove each (0.9 us a 32 KiB row, against 1.4 us through numpy)
         self.host_rows: list | None = None
         self.offsets: list | None = None  # a body writing its rows in place: each trip's row offsets
+        self.stacks: list | None = None  # what it writes them into: the stacks and a spare last row
 
-    def allocate(self, device, values) -> None:
+    def allocate(self, device, values, ahead: bool) -> None:
         """Make the stacks before the first trip, from the layout (static shapes), for a
-        body whose kernels write the rows into them (tvm_bridge/rows_in_place.py)."""
+        body whose kernels write the rows into them (tvm_bridge/rows_in_place.py), each
+        with a spare last row: where the last trip of a body writing its next trip's
+        rows (`ahead`, a loop running forward) writes them."""
         rows = [((*(_row_dim(d, values) for d in shape),), dtype) for shape, dtype in json.loads(self.layout)]
-        self._make(rows, device)
+        self._make(rows, device, spare_row=True)
         sizes = tuple(math.prod(shape) * np.dtype(dtype).itemsize for shape, dtype in rows)
-        self.offsets = _row_offsets(self.trips, sizes)
+        self.offsets = _row_offsets(self.trips, sizes, ahead)
 
     def holds(self, value) -> bool:
         """Whether `value` is a row of a stack a body wrote in place."""
-        if self.offsets is None or not isinstance(value, tvm.runtime.Tensor):
+        if self.stacks is None or not isinstance(value, tvm.runtime.Tensor):
             return False
         at = value.data_ptr()
-        return any(0 <= at - stack.data_ptr() < _nbytes(stack) for stack in self.tensors)
+        return any(0 <= at - stack.data_ptr() < _nbytes(stack) for stack in self.stacks)
 
     def in_place_arguments(self, k: int) -> tuple:
         """What a body writing its rows in place takes after its invariants on row k."""
-        return () if self.offsets is None else (*self.tensors, self.offsets[k])
+        return () if self.stacks is None else (*self.stacks, self.offsets[k])
 
-    def _make(self, rows, device) -> None:
-        """The stacks of rows of these (shape, dtype)s."""
+    def _make(self, rows, device, spare_row: bool = False) -> None:
+        """The stacks of rows of these (shape, dtype)s (`tensors`, the loop's results),
+        and with `spare_row` the allocations they are the first rows of (`stacks`)."""
+        allocated = self.trips + spare_row
         if device.dlpack_device_type() == 1 and all(dtype in _NUMPY_DTYPES for _, dtype in rows):
             # host tensors numpy can hold: reused host memory
-            views = [_SPARE_BUFFERS.aligned((self.trips, *shape), dtype) for shape, dtype in rows]
-            self.tensors = [tvm.runtime.from_dlpack(view) for view in views]
+            views = [_SPARE_BUFFERS.aligned((allocated, *shape), dtype) for shape, dtype in rows]
+            stacks = [tvm.runtime.from_dlpack(view) for view in views]
+            self.tensors = [tvm.runtime.from_dlpack(view[:self.trips]) for view in views] if spare_row else stacks
             self.host_rows = [(view.ctypes.data, view[0].nbytes, shape) for view, (shape, _) in zip(views, rows)]
         else:
-            self.tensors = [tvm.runtime.empty((self.trips, *shape), dtype, device) for shape, dtype in rows]
+            stacks = [tvm.runtime.empty((allocated, *shape), dtype, device) for shape, dtype in rows]
+            self.tensors = [stack._create_view((self.trips, *shape), dtype, 0) for stack, (shape, dtype)
+                            in zip(stacks, rows)] if spare_row else stacks
+        if spare_row:
+            self.stacks = stacks
 
     def put(self, k: int, row) -> None:
         if self.tensors is None:
@@ -133,10 +143,12 @@ class _StackedRows:
 
 
 @functools.lru_cache(maxsize=256)
-def _row_offsets(trips: int, sizes: tuple) -> list:
-    """Per trip k, the shape (k * size for each stack's row size) a body writing its rows
-    in place takes: made once per loop shape, as a ShapeTuple costs ~1-2 us to make."""
-    return [tvm.runtime.ShapeTuple([k * size for size in sizes]) for k in range(trips)]
+def _row_offsets(trips: int, sizes: tuple, ahead: bool) -> list:
+    """Per trip k, the shape a body writing its rows in place takes: k * size for each
+    stack's row size, then (`ahead`) (k + 1) * size. Made once per loop shape, as a
+    ShapeTuple costs ~1-2 us to make."""
+    return [tvm.runtime.ShapeTuple([k * size for size in sizes] + [(k + 1) * size for size in sizes if ahead])
+            for k in range(trips)]
 
 
 def _row_dim(dim, values) -> int:
@@ -176,7 +188,7 @@ def _for_loop(invoke, body, lo, hi, reverse, n_state, ys_layout, rows_in_place, 
         # the body returns its next counter last: one counter tensor made here, none per iteration
         counter = _int64_scalar(steps[0], device)
         if int(rows_in_place):
-            stacked.allocate(device, values)
+            stacked.allocate(device, values, ahead=not int(reverse))
     for i in steps:
         out = _items(invoke(body, invoke, counter, *state, *invariants, *stacked.in_place_arguments(i - lo)))
         state = out[:n_state]

@@ -1,8 +1,9 @@
 """Stacked rows written in place (tvm_bridge/rows_in_place.py): a loop's rows that a
 kernel computes land in the loop's stacks with no copy by the driver, and results agree
-with the interpreter for every kind of row: one a kernel makes, the state passed through
-(copied), a row also carried as state, a row stacked twice, reversed loops, zero trips,
-and rows too small to be written in place (copied, as before)."""
+with the interpreter for every kind of row: one a kernel makes, the state a trip
+started from (written by the trip before; the first trip's copied), a state no kernel
+makes (copied), a row also carried as state, a row stacked twice, reversed loops, zero
+and one trips, and rows too small to be written in place (copied, as before)."""
 from __future__ import annotations
 
 import ctypes
@@ -31,6 +32,10 @@ class _CountedCopies:
         return ctypes.memmove(*args)
 
 
+def _leaves(tree) -> list:
+    return [leaf for item in tree for leaf in _leaves(item)] if isinstance(tree, (tuple, list)) else [tree]
+
+
 def compiled_with_copies(monkeypatch, fn, args, calls=None):
     """Build `fn` traced on `args`, run it on each of `calls` (default: `args`), check each
     result against the interpreter, and return the driver's row copies per call."""
@@ -43,7 +48,7 @@ def compiled_with_copies(monkeypatch, fn, args, calls=None):
         copies.count = 0
         got = compiled(*call)
         counts.append(copies.count)
-        for value, expected in zip(got, egad.interpret(program, *call)):
+        for value, expected in zip(_leaves(got), _leaves(egad.interpret(program, *call))):
             np.testing.assert_allclose(value, expected, rtol=1e-6, atol=1e-6)
     return counts
 
@@ -63,9 +68,23 @@ def rows_made_and_passed_through(W, xs, h0):
     return egad.scan(step, h0, xs)
 
 
-def test_a_row_a_kernel_makes_is_not_copied_and_the_state_passed_through_is(monkeypatch):
+def test_rows_a_kernel_makes_are_not_copied_and_of_the_states_only_the_initial_one_is(monkeypatch):
     (copies,) = compiled_with_copies(monkeypatch, rows_made_and_passed_through, _inputs())
-    assert copies == T  # the passed-through state's rows only
+    assert copies == 1  # h0, the first trip's row of the states: each later one the trip before wrote
+
+
+def rows_of_a_state_no_kernel_makes(W, xs, h0):
+    def step(carry, x):
+        h, c = carry
+        h_new = enp.tanh(h @ W + x + c)
+        return (h_new, c), (h, c)  # c passes through every trip unchanged
+
+    return egad.scan(step, (h0, h0 * 0.5), xs)
+
+
+def test_a_state_no_kernel_makes_is_copied_every_trip(monkeypatch):
+    (copies,) = compiled_with_copies(monkeypatch, rows_of_a_state_no_kernel_makes, _inputs())
+    assert copies == 1 + T
 
 
 def rows_that_are_also_state(W, xs, h0):
@@ -104,14 +123,15 @@ def test_a_reversed_loop_writes_each_row_at_its_own_step(monkeypatch):
     assert copies == 0
 
 
-def test_rows_of_a_symbolic_number_of_trips_including_none(monkeypatch):
+@pytest.mark.parametrize("fn", [reversed_rows, rows_made_and_passed_through])
+def test_rows_of_a_symbolic_number_of_trips_including_none_and_one(fn):
     W, xs, h0 = _inputs()
-    program = egad.trace(reversed_rows, egad.Spec((H, H), "float32"), egad.Spec(("T", B, H), "float32"),
+    program = egad.trace(fn, egad.Spec((H, H), "float32"), egad.Spec(("T", B, H), "float32"),
                          egad.Spec((B, H), "float32"))
     compiled = build(program, cache=BuildCache(None))
     for steps in (0, 1, 3):
         call = (W, xs[:steps], h0)
-        for value, expected in zip(compiled(*call), egad.interpret(program, *call)):
+        for value, expected in zip(_leaves(compiled(*call)), _leaves(egad.interpret(program, *call))):
             assert value.shape == expected.shape
             np.testing.assert_allclose(value, expected, rtol=1e-6, atol=1e-6)
 
@@ -119,6 +139,25 @@ def test_rows_of_a_symbolic_number_of_trips_including_none(monkeypatch):
 def test_rows_too_small_to_align_are_copied(monkeypatch):
     (copies,) = compiled_with_copies(monkeypatch, rows_made_and_passed_through, _inputs(width=3))
     assert copies == 2 * T  # 4 x 3 float32 rows (48 bytes) would start off 64-byte boundaries
+
+
+def test_a_compiled_lstm_gradient_agrees_with_the_interpreter_with_its_rows_in_place(monkeypatch):
+    """The optimized LSTM's forward stacks its gates and states for the adjoint, which
+    stacks each trip's gate gradients for the weight gradients: every row a kernel's."""
+    from benchmarks.optimizer import lstm_workload
+
+    _, program, wrt, args = lstm_workload(6)
+    optimized = egad.optimize(program, wrt=wrt)
+    optimized(*args)  # builds, checks and times it
+    assert "fallback: none" in optimized.report()
+    copies = _CountedCopies()
+    monkeypatch.setattr(runtime, "ctypes", copies)
+    value, grads = optimized(*args)
+    assert copies.count == 2  # the forward's initial h and c
+    want_value, want_grads = egad.interpret(egad.value_and_grad(program, wrt=wrt), *args)
+    np.testing.assert_allclose(value, want_value, rtol=1e-5)
+    for got, want in zip(grads, want_grads):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
 
 
 @pytest.mark.parametrize("row, expected", [
