@@ -13,10 +13,10 @@ import pytest
 
 import egad
 import egad.numpy as enp
+from egad.ir.types import TensorType
 from egad.tvm_bridge import build, runtime
 from egad.tvm_bridge.cache import BuildCache
 from egad.tvm_bridge.rows_in_place import can_write_in_place
-from egad.ir.types import TensorType
 
 T, B, H = 5, 4, 16  # a row of B x H float32 is 256 bytes: written in place
 
@@ -36,26 +36,23 @@ def _leaves(tree) -> list:
     return [leaf for item in tree for leaf in _leaves(item)] if isinstance(tree, (tuple, list)) else [tree]
 
 
-def compiled_with_copies(monkeypatch, fn, args, calls=None):
-    """Build `fn` traced on `args`, run it on each of `calls` (default: `args`), check each
-    result against the interpreter, and return the driver's row copies per call."""
+def copies_of_a_checked_call(monkeypatch, fn, args) -> int:
+    """Build `fn` traced on `args`, run it, check the results against the interpreter,
+    and return how many rows the driver copied."""
     program = egad.trace(fn, *args)
     compiled = build(program, cache=BuildCache(None))
     copies = _CountedCopies()
     monkeypatch.setattr(runtime, "ctypes", copies)
-    counts = []
-    for call in calls or [args]:
-        copies.count = 0
-        got = compiled(*call)
-        counts.append(copies.count)
-        for value, expected in zip(_leaves(got), _leaves(egad.interpret(program, *call))):
-            np.testing.assert_allclose(value, expected, rtol=1e-6, atol=1e-6)
-    return counts
+    got = compiled(*args)
+    for value, expected in zip(_leaves(got), _leaves(egad.interpret(program, *args))):
+        np.testing.assert_allclose(value, expected, rtol=1e-6, atol=1e-6)
+    return copies.count
 
 
-def _inputs(rng=np.random.default_rng(0), steps=T, width=H):
+def _inputs(width=H):
+    rng = np.random.default_rng(0)
     W = (rng.standard_normal((width, width)) * 0.3).astype(np.float32)
-    xs = rng.standard_normal((steps, B, width)).astype(np.float32)
+    xs = rng.standard_normal((T, B, width)).astype(np.float32)
     h0 = rng.standard_normal((B, width)).astype(np.float32)
     return W, xs, h0
 
@@ -69,7 +66,7 @@ def rows_made_and_passed_through(W, xs, h0):
 
 
 def test_rows_a_kernel_makes_are_not_copied_and_of_the_states_only_the_initial_one_is(monkeypatch):
-    (copies,) = compiled_with_copies(monkeypatch, rows_made_and_passed_through, _inputs())
+    copies = copies_of_a_checked_call(monkeypatch, rows_made_and_passed_through, _inputs())
     assert copies == 1  # h0, the first trip's row of the states: each later one the trip before wrote
 
 
@@ -83,7 +80,7 @@ def rows_of_a_state_no_kernel_makes(W, xs, h0):
 
 
 def test_a_state_no_kernel_makes_is_copied_every_trip(monkeypatch):
-    (copies,) = compiled_with_copies(monkeypatch, rows_of_a_state_no_kernel_makes, _inputs())
+    copies = copies_of_a_checked_call(monkeypatch, rows_of_a_state_no_kernel_makes, _inputs())
     assert copies == 1 + T
 
 
@@ -97,7 +94,7 @@ def rows_that_are_also_state(W, xs, h0):
 
 
 def test_a_row_carried_as_state_and_stacked_twice_agrees_with_the_interpreter(monkeypatch):
-    (copies,) = compiled_with_copies(monkeypatch, rows_that_are_also_state, _inputs())
+    copies = copies_of_a_checked_call(monkeypatch, rows_that_are_also_state, _inputs())
     assert copies == T  # the second stack of the same row
 
 
@@ -119,7 +116,7 @@ def reversed_rows(W, xs, h0):
 
 
 def test_a_reversed_loop_writes_each_row_at_its_own_step(monkeypatch):
-    (copies,) = compiled_with_copies(monkeypatch, reversed_rows, _inputs())
+    copies = copies_of_a_checked_call(monkeypatch, reversed_rows, _inputs())
     assert copies == 0
 
 
@@ -137,7 +134,7 @@ def test_rows_of_a_symbolic_number_of_trips_including_none_and_one(fn):
 
 
 def test_rows_too_small_to_align_are_copied(monkeypatch):
-    (copies,) = compiled_with_copies(monkeypatch, rows_made_and_passed_through, _inputs(width=3))
+    copies = copies_of_a_checked_call(monkeypatch, rows_made_and_passed_through, _inputs(width=3))
     assert copies == 2 * T  # 4 x 3 float32 rows (48 bytes) would start off 64-byte boundaries
 
 
