@@ -9,9 +9,11 @@ loop conditions, branches): only the loop drivers (tvm_bridge/runtime.py) and Re
 If call them, with the values the function's own program made (a body's state is
 what the body returned, typed by the lowering and checked by Relax at build time), so
 their checks never fire, and a loop body pays them on every trip (an LSTM's T=64
-gradient: ~2,500 checks a call). Dropped there: check_tensor_info of a parameter, and
-match_shape of a parameter that only compares dims with constants. A match_shape that
-stores a symbolic dim (the function reads it later) stays, as does every check of a
+gradient: ~2,500 checks a call). Dropped there: check_tensor_info of a parameter,
+check_shape_info of a shape parameter (the row offsets of a body writing its rows in
+place, tvm_bridge/rows_in_place.py), and match_shape of a parameter that only
+compares dims with constants. A match_shape that stores a symbolic dim (the function
+reads it later: the row offsets are all symbolic) stays, as does every check of a
 value the function did not receive (a driver's results, bound by match_cast).
 """
 from __future__ import annotations
@@ -20,6 +22,7 @@ import tvm
 from tvm import relax
 
 _CHECK_TENSOR_INFO = "vm.builtin.check_tensor_info"
+_CHECK_SHAPE_INFO = "vm.builtin.check_shape_info"  # a shape parameter's rank (a body's row offsets)
 _MATCH_SHAPE = "vm.builtin.match_shape"
 _ASSERT_EQUAL_TO_IMM = 0  # TVM's MatchShapeCode: compare a dim with the constant after it
 
@@ -46,7 +49,7 @@ def _checks_a_parameter(value, params: set) -> bool:
             and value.args and value.args[0] in params):
         return False
     name = str(value.op.global_symbol)
-    if name == _CHECK_TENSOR_INFO:
+    if name in (_CHECK_TENSOR_INFO, _CHECK_SHAPE_INFO):
         return True
     if name != _MATCH_SHAPE:
         return False
