@@ -62,6 +62,7 @@ class Lowering:
     def __init__(self):
         self.bb = relax.BlockBuilder()
         self.functions: dict[int, relax.GlobalVar] = {}
+        self.writing_rows_in_place: set[int] = set()  # the `for` bodies (region ids) that take stacks
         self.counter = 0
 
     def module(self, program: Program):
@@ -93,6 +94,8 @@ class Lowering:
         ahead = counter_step == 1
         in_place = rows_in_place.stack_params(rows, ahead) if rows_in_place.can_write_in_place(rows) else []
         attrs = {rows_in_place.ATTR: rows_from, rows_in_place.AHEAD_ATTR: int(ahead)} if in_place else None
+        if in_place:
+            self.writing_rows_in_place.add(id(region))
         with self.bb.function(name, [invoke, *params, *in_place], attrs=attrs, pure=False,
                               private=name != "main"):
             env = {p.uid: v for p, v in zip(region.params, params)}
@@ -175,12 +178,11 @@ class Lowering:
         n_state = binding.attrs["n_state"]
         (body,) = binding.regions
         layout = json.dumps(_row_layout(binding))
-        rows = [v.type for v in body.results[n_state:]]
         call = relax.Call(relax.ExternFunc("egad.for_loop"),
                           [invoke, self.functions[id(body)], args[0], args[1],
                            relax.prim_value(int(bool(binding.attrs.get("reverse")))), relax.prim_value(n_state),
                            relax.expr.String(layout),
-                           relax.prim_value(int(rows_in_place.can_write_in_place(rows))), *args[2:]],
+                           relax.prim_value(int(id(body) in self.writing_rows_in_place)), *args[2:]],
                           ty_args=[relax.TupleType([_loose(v.type) for v in binding.outputs])])
         return self._unpack_typed(call, binding.outputs)
 
