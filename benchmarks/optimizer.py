@@ -20,7 +20,10 @@
 - ranking: alternative extractions of the LSTM (rule families switched off, crossed
   with checkpointing policies of one to three levels), the cost model's predicted
   time against the measured time: the Spearman rank correlation (target: >= 0.8,
-  over alternatives spanning >= 1.5x in time).
+  over alternatives spanning >= 1.5x in time);
+- profile: where the lstm section's step time goes, with default rules and with
+  `rules=()` (`Optimized.profile`: each kernel, loop driver and VM builtin by self
+  time, in main or the loop it ran in).
 
 Step times are medians of interleaved rounds (benchmarks/timing.py) of calls as a
 user makes them (numpy in, numpy out). Every optimized result is checked against
@@ -32,8 +35,9 @@ user makes them (numpy in, numpy out). Every optimized result is checked against
     python -m benchmarks.optimizer unroll
     python -m benchmarks.optimizer lstm gnmt --target=cuda   # the two workloads on a GPU
 
-`--target` (an egad target name, default llvm) builds the lstm and gnmt sections for
-that device; the corpus and ranking sections (the CPU cost model's) stay on the CPU.
+`--target` (an egad target name, default llvm) builds the lstm, gnmt and profile
+sections for that device; the corpus and ranking sections (the CPU cost model's) stay
+on the CPU.
 """
 from __future__ import annotations
 
@@ -43,6 +47,7 @@ os.environ.setdefault("EGAD_DISK_CACHE", "0")
 for _variable in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_variable, "1")
 
+import dataclasses  # noqa: E402
 import json  # noqa: E402
 import pathlib  # noqa: E402
 import platform  # noqa: E402
@@ -260,8 +265,27 @@ def _ranks(values) -> list[float]:
     return ranks
 
 
+PROFILED_CALLS = 3
+PROFILE_ROWS = 12
+
+
+def profile_section(T: int = 64, target: str = "llvm") -> dict:
+    """The lstm section's two builds profiled (Optimized.profile): per side, the
+    printed lines, the self time by kind and the longest rows."""
+    name, program, wrt, args = lstm_workload(T)
+    result = {"workload": name}
+    for side, chosen_rules in (("default", None), ("rules=()", ())):
+        profile = egad.optimize(program, wrt=wrt, target=target, rules=chosen_rules).profile(
+            *args, calls=PROFILED_CALLS)
+        result[side] = {"lines": profile.lines(top=PROFILE_ROWS), "call ms": profile.call_seconds * 1e3,
+                        "profiled ms": profile.profiled_seconds * 1e3,
+                        "by kind ms": {kind: s * 1e3 for kind, s in profile.seconds_by_kind().items()},
+                        "rows": [dataclasses.asdict(row) for row in profile.rows[:PROFILE_ROWS]]}
+    return result
+
+
 SECTIONS = {"lstm": lstm_section, "gnmt": gnmt_section, "unroll": unroll_section, "corpus": corpus_section,
-            "saturation": saturation_section, "ranking": ranking_section}
+            "saturation": saturation_section, "ranking": ranking_section, "profile": profile_section}
 
 
 def _print_rows(rows: list[dict]) -> None:
@@ -286,11 +310,15 @@ def main(argv=None) -> int:
         return 2
     results = {}
     for name in chosen:
-        on_target = name in ("lstm", "gnmt") and target != "llvm"
+        on_target = name in ("lstm", "gnmt", "profile") and target != "llvm"
         print(f"== {name}" + (f" (target {target})" if on_target else ""), flush=True)
         result = SECTIONS[name](target=target) if on_target else SECTIONS[name]()
         results[f"{name}@{target}" if on_target else name] = result
-        if name == "ranking":
+        if name == "profile":
+            for side in ("default", "rules=()"):
+                print(f"  -- {result['workload']}, {side}")
+                print("\n".join(f"  {line}" for line in result[side]["lines"]))
+        elif name == "ranking":
             print(f"  {'alternative':28s} {'predicted ms':>13s} {'measured ms':>12s}")
             for row in result["alternatives"]:
                 print(f"  {row['alternative']:28s} {row['predicted ms']:13.2f} {row['measured ms']:12.2f}")

@@ -264,6 +264,14 @@ class Optimized:
         have that build checked first."""
         self._base().export_library(path)
 
+    def profile(self, *args, calls: int = 5):
+        """Where a call on `args` spends its time, measured: a `Profile`
+        (tvm_bridge/profile.py) of the build for their shapes, with a row per kernel, loop
+        driver and VM builtin at each place it ran (main, or the loop it ran in): calls
+        and self time per call, and the median time of `calls` calls with and without
+        the timing. `print(optimized.profile(*args))` shows the table, longest first."""
+        return self._compiled_for(args).profile(*args, calls=calls)
+
     def report(self) -> str:
         from .tvm_bridge.cache import shared_cache
 

@@ -1,0 +1,211 @@
+"""Where a compiled call's time goes: every call the Relax VM makes (a kernel, a loop
+driver, a tape operation, a VM builtin such as an allocation), timed through the VM's
+instrument hook and grouped by the loop it ran in. `Compiled.profile` and
+`Optimized.profile` return a `Profile`; `print(profile)` shows the table.
+
+    optimized = egad.optimize(program, wrt=(0,))
+    profile = optimized.profile(*args)  # calls it a few times, with and without the hook
+    print(profile)                      # the calls that took longest, by self time
+    profile.seconds_by_kind()           # {"kernel": ..., "loop driver": ..., "vm": ...}
+
+Times are self times: a loop driver's row is the driver's own work (Python, between
+trips), not its body's kernels, which have rows of their own under the loop's label.
+The hook is Python, a few microseconds a call, so a profiled call takes longer than a
+plain one (`profiled_seconds` against `call_seconds`). Its own time is left out of
+every row; what it cannot see of itself (TVM converting a call's arguments for it)
+lands in the caller's row, most of all a loop driver's, whose body makes the calls.
+On a GPU every call is followed by a device synchronization, so a kernel's time is its
+own and not its launch.
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import statistics
+import time
+
+from egad.text_table import text_table
+
+from . import runtime
+
+LOOP_DRIVERS = ("egad.for_loop", "egad.while_loop")
+
+
+@dataclasses.dataclass(frozen=True)
+class ProfileRow:
+    """One callee at one place: `where` is "main" or the label of the loop it ran in
+    ("loop 1", "loop 1.2" for the second loop inside loop 1's body); `calls` and
+    `seconds` (self time) are per call of the program."""
+    name: str
+    kind: str  # "kernel", "loop driver", "runtime" (egad's tapes and checks) or "vm" (the VM's builtins)
+    where: str
+    calls: float
+    seconds: float
+
+
+@dataclasses.dataclass(frozen=True)
+class ProfileLoop:
+    """A loop the call ran: its driver, where it ran, how often it was entered and (a
+    `for` loop) its trips, both per call of the program."""
+    label: str
+    driver: str
+    where: str
+    entered: float
+    trips: float | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Profile:
+    """A call's time by callee and place (`rows`), its loops, and the median wall time of
+    a call with and without the timing hook."""
+    rows: tuple[ProfileRow, ...]  # by self time, longest first
+    loops: tuple[ProfileLoop, ...]
+    call_seconds: float  # median wall time of a call without the hook
+    profiled_seconds: float  # median wall time of a call with it
+    calls: int  # profiled calls the rows are averaged over
+
+    def seconds_by_kind(self) -> dict[str, float]:
+        """Self time per call by kind of callee."""
+        totals: dict[str, float] = collections.defaultdict(float)
+        for row in self.rows:
+            totals[row.kind] += row.seconds
+        return dict(totals)
+
+    def lines(self, top: int = 25) -> list[str]:
+        attributed = sum(row.seconds for row in self.rows)
+        lines = [(f"a call: {self.call_seconds * 1e3:.3f} ms; profiled: {self.profiled_seconds * 1e3:.3f} ms "
+                  f"(the hook's own cost included), median of {self.calls} calls")]
+        for loop in self.loops:
+            trips = "" if loop.trips is None else f", {_number(loop.trips / max(loop.entered, 1e-12))} trips each"
+            lines.append(f"{loop.label}: {loop.driver} in {loop.where}, entered {_number(loop.entered)}x a call"
+                         + trips)
+        kinds = ", ".join(f"{kind} {seconds * 1e3:.3f} ms" for kind, seconds in
+                          sorted(self.seconds_by_kind().items(), key=lambda kv: -kv[1]))
+        lines += [f"self time by kind: {kinds}",
+                  (f"in no row (the hook, the VM's own dispatch, the call's arguments and results): "
+                   f"{max(self.profiled_seconds - attributed, 0.0) * 1e3:.3f} ms")]
+        shown = self.rows[:top]
+        table = [("ms/call", "%", "calls", "us each", "kind", "where", "name")]
+        for row in shown:
+            table.append((f"{row.seconds * 1e3:.3f}", f"{100 * row.seconds / self.profiled_seconds:.1f}",
+                          _number(row.calls), f"{row.seconds / row.calls * 1e6:.1f}", row.kind, row.where,
+                          _shortened(row.name)))
+        lines += text_table(table, right=(0, 1, 2, 3))
+        if len(self.rows) > len(shown):
+            rest = self.rows[len(shown):]
+            lines.append(f"... {len(rest)} more, {sum(row.seconds for row in rest) * 1e3:.3f} ms in all")
+        return lines
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines())
+
+
+def _shortened(name: str, at_most: int = 72) -> str:
+    """A fused kernel's name (each op it fused, in order: some run to hundreds of
+    characters) cut for the table; the row keeps it whole."""
+    return name if len(name) <= at_most else name[:at_most - 3] + "..."
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:.2f}"
+
+
+def kind_of(symbol: str) -> str:
+    """What a callee the VM names is: egad's loop drivers, egad's other runtime functions
+    (tapes, host checks), the VM's builtins, or a kernel (a PrimFunc of the build)."""
+    if symbol in LOOP_DRIVERS:
+        return "loop driver"
+    if symbol.startswith("egad."):
+        return "runtime"
+    if symbol.startswith(("vm.builtin.", "runtime.")):
+        return "vm"
+    return "kernel"
+
+
+@dataclasses.dataclass
+class _Frame:
+    symbol: str
+    label: str  # where the calls made inside this frame ran: "main" or its loop's label
+    started: float = 0.0
+    nested: float = 0.0  # time of the instrumented calls made inside this one
+
+
+class Recorder:
+    """The VM's instrument function (`relax.VirtualMachine.set_instrument`): self time
+    and calls per (where, callee), and the loops entered, summed over calls."""
+
+    def __init__(self, sync=None):
+        self.sync = sync  # a device's synchronize, for devices that run kernels asynchronously
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every call recorded so far."""
+        self.seconds: dict[tuple, float] = collections.defaultdict(float)
+        self.calls: collections.Counter = collections.Counter()
+        self.loops: dict[str, list] = {}  # label -> [driver, where, entered, trips or None]
+        self.labels: dict[tuple, str] = {}  # (where, the body's handle) -> label
+        self.start_call()
+
+    def start_call(self) -> None:
+        """Before each call of the program (a call that raised leaves frames behind)."""
+        self.stack = [_Frame("main", "main")]
+
+    def __call__(self, func, symbol, before, result, *args) -> int:
+        entered = time.perf_counter()
+        if self.sync is not None:
+            self.sync()  # before a call: earlier work done; after it: the call's own work done
+        now = time.perf_counter()
+        parent = self.stack[-1] if before else self.stack[-2]
+        if before:
+            label = parent.label
+            if symbol in LOOP_DRIVERS:
+                label = self._entered(symbol, parent.label, args)
+            frame = _Frame(symbol, label)
+            self.stack.append(frame)
+            frame.started = time.perf_counter()
+            parent.nested += frame.started - entered  # this hook's own time is not the caller's
+        else:
+            frame = self.stack.pop()
+            total = now - frame.started
+            self.seconds[parent.label, symbol] += total - frame.nested
+            self.calls[parent.label, symbol] += 1
+            parent.nested += total + (time.perf_counter() - now)
+        return 0  # VMInstrumentReturnKind: run the call as usual
+
+    def _entered(self, driver: str, where: str, args) -> str:
+        """The label of the loop a driver call runs, counted as entered once more. A loop
+        is known by where it runs and its body (a closure the VM passes the same each
+        time): numbered in the order first seen there, "loop 2" in main, "loop 2.1"
+        inside loop 2's body, so one label per loop however often its parent runs it."""
+        if driver == "egad.for_loop":  # (invoke, body, lo, hi, ...): see runtime._for_loop
+            body, trips = args[1], max(runtime._scalar(args[3]) - runtime._scalar(args[2]), 0)
+        else:  # (invoke, cond, body, ...): runtime._while_loop
+            body, trips = args[2], None
+        key = (where, body.__chandle__())
+        label = self.labels.get(key)
+        if label is None:
+            number = sum(seen_where == where for seen_where, _ in self.labels) + 1
+            label = self.labels[key] = f"loop {number}" if where == "main" else f"{where}.{number}"
+            self.loops[label] = [driver, where, 0, None if trips is None else 0]
+        entry = self.loops[label]
+        entry[2] += 1
+        if trips is not None:
+            entry[3] += trips
+        return label
+
+    def profile(self, calls: int, call_seconds: float, profiled_seconds: float) -> Profile:
+        rows = [ProfileRow(symbol, kind_of(symbol), where, count / calls, self.seconds[where, symbol] / calls)
+                for (where, symbol), count in self.calls.items()]
+        rows.sort(key=lambda row: -row.seconds)
+        loops = [ProfileLoop(label, driver, where, entered / calls, None if trips is None else trips / calls)
+                 for label, (driver, where, entered, trips) in self.loops.items()]
+        return Profile(tuple(rows), tuple(loops), call_seconds, profiled_seconds, calls)
+
+
+def median_call_seconds(call, calls: int) -> float:
+    times = []
+    for _ in range(calls):
+        started = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
