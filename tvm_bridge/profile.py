@@ -10,12 +10,16 @@ instrument hook and grouped by the loop it ran in. `Compiled.profile` and
 
 Times are self times: a loop driver's row is the driver's own work (Python, between
 trips), not its body's kernels, which have rows of their own under the loop's label.
-The hook is Python, a few microseconds a call, so a profiled call takes longer than a
-plain one (`profiled_seconds` against `call_seconds`). Its own time is left out of
-every row; what it cannot see of itself (TVM converting a call's arguments for it)
-lands in the caller's row, most of all a loop driver's, whose body makes the calls.
-On a GPU every call is followed by a device synchronization, so a kernel's time is its
-own and not its launch.
+The hook is Python, entered before and after each call, and costs a few microseconds
+a call, so a profiled call takes longer than a plain one (`profiled_seconds` against
+`call_seconds`). Its own time is left out of every row. What it cannot time of itself
+(TVM converting a call's arguments for it, before it starts) would land in the row of
+the callee (the entry after a call) or the caller (the entry before): the profiled
+call's time less the plain call's and the hook's own is shared out evenly over the
+entries and taken off those rows (`unseen_hook_seconds`, per entry). The rows are
+then close to a plain call's, not exact: a call of a few microseconds is the one most
+off. On a GPU every call is followed by a device synchronization, so a kernel's time
+is its own and not its launch.
 """
 from __future__ import annotations
 
@@ -29,6 +33,7 @@ from egad.text_table import text_table
 from . import runtime
 
 LOOP_DRIVERS = ("egad.for_loop", "egad.while_loop")
+_now = time.perf_counter  # the recorder's clock (tests set their own)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +68,7 @@ class Profile:
     call_seconds: float  # median wall time of a call without the hook
     profiled_seconds: float  # median wall time of a call with it
     calls: int  # profiled calls the rows are averaged over
+    unseen_hook_seconds: float = 0.0  # what each entry of the hook cost that it could not time (taken off the rows)
 
     def seconds_by_kind(self) -> dict[str, float]:
         """Self time per call by kind of callee."""
@@ -74,7 +80,8 @@ class Profile:
     def lines(self, top: int = 25) -> list[str]:
         attributed = sum(row.seconds for row in self.rows)
         lines = [(f"a call: {self.call_seconds * 1e3:.3f} ms; profiled: {self.profiled_seconds * 1e3:.3f} ms "
-                  f"(the hook's own cost included), median of {self.calls} calls")]
+                  f"(the hook's cost included), median of {self.calls} calls; the rows are self times less "
+                  f"{self.unseen_hook_seconds * 1e6:.2f} us an entry of the hook that it could not time")]
         for loop in self.loops:
             trips = "" if loop.trips is None else f", {_number(loop.trips / max(loop.entered, 1e-12))} trips each"
             lines.append(f"{loop.label}: {loop.driver} in {loop.where}, entered {_number(loop.entered)}x a call"
@@ -82,12 +89,12 @@ class Profile:
         kinds = ", ".join(f"{kind} {seconds * 1e3:.3f} ms" for kind, seconds in
                           sorted(self.seconds_by_kind().items(), key=lambda kv: -kv[1]))
         lines += [f"self time by kind: {kinds}",
-                  (f"in no row (the hook, the VM's own dispatch, the call's arguments and results): "
-                   f"{max(self.profiled_seconds - attributed, 0.0) * 1e3:.3f} ms")]
+                  (f"in no row (the hook, the VM's own dispatch in main, the call's arguments and results): "
+                   f"{max(self.profiled_seconds - attributed, 0.0) * 1e3:.3f} ms; % below: of a plain call")]
         shown = self.rows[:top]
         table = [("ms/call", "%", "calls", "us each", "kind", "where", "name")]
         for row in shown:
-            table.append((f"{row.seconds * 1e3:.3f}", f"{100 * row.seconds / self.profiled_seconds:.1f}",
+            table.append((f"{row.seconds * 1e3:.3f}", f"{100 * row.seconds / self.call_seconds:.1f}",
                           _number(row.calls), f"{row.seconds / row.calls * 1e6:.1f}", row.kind, row.where,
                           _shortened(row.name)))
         lines += text_table(table, right=(0, 1, 2, 3))
@@ -128,6 +135,7 @@ class _Frame:
     label: str  # where the calls made inside this frame ran: "main" or its loop's label
     started: float = 0.0
     nested: float = 0.0  # time of the instrumented calls made inside this one
+    children: int = 0  # instrumented calls made inside this one
 
 
 class Recorder:
@@ -142,6 +150,8 @@ class Recorder:
         """Forget every call recorded so far."""
         self.seconds: dict[tuple, float] = collections.defaultdict(float)
         self.calls: collections.Counter = collections.Counter()
+        self.children: collections.Counter = collections.Counter()  # calls made inside each (where, callee)
+        self.hook_seconds = 0.0  # the hook's own time, as it measured it
         self.loops: dict[str, list] = {}  # label -> [driver, where, entered, trips or None]
         self.labels: dict[tuple, str] = {}  # (where, the body's handle) -> label
         self.start_call()
@@ -151,10 +161,10 @@ class Recorder:
         self.stack = [_Frame("main", "main")]
 
     def __call__(self, func, symbol, before, result, *args) -> int:
-        entered = time.perf_counter()
+        entered = _now()
         if self.sync is not None:
             self.sync()  # before a call: earlier work done; after it: the call's own work done
-        now = time.perf_counter()
+        now = _now()
         parent = self.stack[-1] if before else self.stack[-2]
         if before:
             label = parent.label
@@ -162,14 +172,19 @@ class Recorder:
                 label = self._entered(symbol, parent.label, args)
             frame = _Frame(symbol, label)
             self.stack.append(frame)
-            frame.started = time.perf_counter()
+            parent.children += 1
+            frame.started = _now()
             parent.nested += frame.started - entered  # this hook's own time is not the caller's
+            self.hook_seconds += frame.started - entered
         else:
             frame = self.stack.pop()
             total = now - frame.started
             self.seconds[parent.label, symbol] += total - frame.nested
             self.calls[parent.label, symbol] += 1
-            parent.nested += total + (time.perf_counter() - now)
+            self.children[parent.label, symbol] += frame.children
+            left = _now()
+            parent.nested += total + (left - now)
+            self.hook_seconds += (now - entered if self.sync is None else 0.0) + (left - now)
         return 0  # VMInstrumentReturnKind: run the call as usual
 
     def _entered(self, driver: str, where: str, args) -> str:
@@ -194,18 +209,29 @@ class Recorder:
         return label
 
     def profile(self, calls: int, call_seconds: float, profiled_seconds: float) -> Profile:
-        rows = [ProfileRow(symbol, kind_of(symbol), where, count / calls, self.seconds[where, symbol] / calls)
-                for (where, symbol), count in self.calls.items()]
+        """The rows per call of the program. What the hook cost that it could not time
+        itself (TVM converting each call's arguments for it, before it starts) is the
+        profiled call's time less the plain call's and the hook's own: it is shared out
+        evenly over the hook's entries and taken off the rows it fell in, the callee's
+        for the entry after a call, the caller's for the entry before."""
+        entries = 2 * sum(self.calls.values()) / calls
+        unseen = max(profiled_seconds - call_seconds - self.hook_seconds / calls, 0.0)
+        per_entry = unseen / entries if entries else 0.0
+        rows = []
+        for (where, symbol), count in self.calls.items():
+            measured = self.seconds[where, symbol] / calls
+            share = per_entry * (count + self.children[where, symbol]) / calls
+            rows.append(ProfileRow(symbol, kind_of(symbol), where, count / calls, max(measured - share, 0.0)))
         rows.sort(key=lambda row: -row.seconds)
         loops = [ProfileLoop(label, driver, where, entered / calls, None if trips is None else trips / calls)
                  for label, (driver, where, entered, trips) in self.loops.items()]
-        return Profile(tuple(rows), tuple(loops), call_seconds, profiled_seconds, calls)
+        return Profile(tuple(rows), tuple(loops), call_seconds, profiled_seconds, calls, per_entry)
 
 
 def median_call_seconds(call, calls: int) -> float:
     times = []
     for _ in range(calls):
-        started = time.perf_counter()
+        started = _now()
         call()
-        times.append(time.perf_counter() - started)
+        times.append(_now() - started)
     return statistics.median(times)

@@ -12,6 +12,7 @@ import egad
 import egad.numpy as enp
 from egad.tvm_bridge import build
 from egad.tvm_bridge.cache import BuildCache
+from egad.tvm_bridge import profile as profile_module
 from egad.tvm_bridge.profile import Profile
 
 T, INNER, B, H = 7, 4, 4, 16
@@ -116,6 +117,47 @@ def test_profile_says_what_is_wrong_with_its_arguments():
             optimized.profile(*args, calls=calls)
     with pytest.raises(egad.EgadError):  # as a call with them would
         optimized.profile(args[0], args[1])
+
+
+class _Clock:
+    """The recorder's clock in a test: time moves only when told."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class _Body:
+    """A loop body closure as the hook sees it: known by its handle."""
+
+    def __chandle__(self) -> int:
+        return 1
+
+
+def test_self_times_and_the_share_of_the_hooks_unseen_cost_add_up(monkeypatch):
+    """A loop driver that ran 10 s with two 2 s kernel calls inside: self times 6 and 4.
+    A profiled call 6 s longer than a plain one, the hook having timed none of itself:
+    1 s for each of its 6 entries, taken off the rows the entries fell in (the kernel's
+    two calls, 1 s after each; the driver's own call, and the two before its kernels)."""
+    clock = _Clock()
+    monkeypatch.setattr(profile_module, "_now", clock)
+    recorder = profile_module.Recorder()
+    for at, symbol, before, args in [(0, "egad.for_loop", True, (None, _Body(), 0, 2)), (1, "k", True, ()),
+                                     (3, "k", False, ()), (4, "k", True, ()), (6, "k", False, ()),
+                                     (10, "egad.for_loop", False, ())]:
+        clock.now = at
+        recorder(None, symbol, before, None, *args)
+    plain = recorder.profile(calls=1, call_seconds=10.0, profiled_seconds=10.0)
+    assert {(row.where, row.name): (row.calls, row.seconds) for row in plain.rows} == \
+        {("main", "egad.for_loop"): (1, 6.0), ("loop 1", "k"): (2, 4.0)}
+    shared = recorder.profile(calls=1, call_seconds=10.0, profiled_seconds=16.0)
+    assert shared.unseen_hook_seconds == 1.0
+    assert {(row.where, row.name): row.seconds for row in shared.rows} == \
+        {("main", "egad.for_loop"): 3.0, ("loop 1", "k"): 2.0}
+    (loop,) = shared.loops
+    assert (loop.label, loop.trips, loop.entered) == ("loop 1", 2, 1)
 
 
 @pytest.mark.gpu
