@@ -20,8 +20,9 @@ install. It loads each library into a VM, checks its results, and times each pai
 optimizer.py does: calls as a user makes them (numpy arguments copied to the device,
 results copied back), medians of interleaved rounds. It prints a table and writes JSON.
 `--runtime=PATH` runs the loops and tapes with another runtime.py (to compare a change
-to it side by side with the old one on one machine). `profile` prints Python's profile
-of a few calls and, where PyTorch is installed, the GPU kernels it saw.
+to it side by side with the old one on one machine). `profile` prints where a call's
+time goes, per kernel, loop driver and VM builtin (tvm_bridge/profile.py, as
+`Optimized.profile` does) and, where PyTorch is installed, the GPU kernels it saw.
 `--target=llvm` exports CPU builds, which `run` runs on the CPU (tests/benchmarks/
 test_gpu_run.py checks the whole path that way).
 
@@ -52,6 +53,7 @@ ROUNDS = 15
 # GNMT-lite's gradient on an H100 differed by 1.4e-3 (rules=()) and 0.9e-3 (default).
 RTOL = 1e-3
 GPU_RTOL = 1e-2
+PROFILE_ROWS = 15  # rows `profile` prints per build, longest first
 
 
 def export(directory: str | os.PathLike, target: str = "cuda", arch: str = "sm_90", workloads=None) -> dict:
@@ -160,35 +162,62 @@ def _load_callbacks(runtime_path: str | None = None):
     modules = []
     for name in ("runtime", "runtime_checks"):
         path = runtime_path if name == "runtime" and runtime_path else REPO / "tvm_bridge" / f"{name}.py"
-        spec = importlib.util.spec_from_file_location(f"egad_gpu_run_{name}", path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        spec.loader.exec_module(module)
-        modules.append(module)
+        modules.append(_load_file(f"egad_gpu_run_{name}", path))
     return modules[0]
 
 
-def profile(directory: str | os.PathLike, calls: int = 3) -> None:
-    """Where a call's time goes, per library: Python's profile of `calls` calls (the loop
-    drivers and tapes run in Python), and, where PyTorch is installed, the GPU kernels
-    CUPTI saw (their number and summed time, against the calls' wall time)."""
-    import cProfile
-    import pstats
+def _load_file(name: str, path) -> object:
+    """The Python file at `path` loaded as module `name`, outside any package."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
 
+
+def profile(directory: str | os.PathLike, calls: int = 3, top: int = PROFILE_ROWS) -> None:
+    """Where a call's time goes, per callee (tvm_bridge/profile.py, loaded from its file:
+    the recorder `Optimized.profile` uses): each kernel, loop driver, egad runtime
+    function and VM builtin by self time, in main or the loop it ran in, with a device
+    synchronization after each call on a GPU; and, where PyTorch is installed, the GPU
+    kernels CUPTI saw (their number and summed time, against the calls' wall time)."""
     tvm, runtime, manifest, device = _open(directory)
+    timing = _load_file("egad_gpu_run_profile", REPO / "tvm_bridge" / "profile.py")
     directory = pathlib.Path(directory)
+    on_cpu = device.dlpack_device_type() == tvm.cpu().dlpack_device_type()
     for entry in manifest["workloads"]:
         for side, built in entry["sides"].items():
-            call = _caller(tvm, runtime, directory / built["library"], _arrays(directory / built["arguments"]), device)
+            library, arguments = directory / built["library"], _arrays(directory / built["arguments"])
+            call = _caller(tvm, runtime, library, arguments, device)
             call()
-            started = time.perf_counter()
-            with cProfile.Profile() as profiler:
-                for _ in range(calls):
-                    call()
-            wall = (time.perf_counter() - started) / calls
-            print(f"== {entry['workload']} {side}: {wall * 1e3:.2f} ms a call (profiled)")
-            pstats.Stats(profiler).sort_stats("tottime").print_stats(12)
+            plain = timing.median_call_seconds(call, calls)
+            recorder = timing.Recorder(sync=None if on_cpu else device.sync)
+            timed = _caller(tvm, runtime, library, arguments, device, instrument=recorder)
+            timed()
+            recorder.reset()
+
+            def timed_call():
+                recorder.start_call()
+                timed()
+
+            result = recorder.profile(calls, plain, timing.median_call_seconds(timed_call, calls))
+            print(f"== {entry['workload']} {side}")
+            print("\n".join(_profile_lines(result, top)))
             _print_kernels(call, calls)
+
+
+def _profile_lines(result, top: int) -> list[str]:
+    """A Profile as lines, without egad's table helper (no egad install here)."""
+    kinds = ", ".join(f"{kind} {seconds * 1e3:.3f} ms" for kind, seconds in
+                      sorted(result.seconds_by_kind().items(), key=lambda kv: -kv[1]))
+    lines = [f"  a call {result.call_seconds * 1e3:.3f} ms (profiled {result.profiled_seconds * 1e3:.3f} ms); "
+             f"self time by kind: {kinds}"]
+    lines += [f"  {loop.label}: {loop.driver} in {loop.where}, entered {loop.entered:g}x"
+              + ("" if loop.trips is None else f", {loop.trips / max(loop.entered, 1e-12):g} trips each")
+              for loop in result.loops]
+    lines += [f"  {row.seconds * 1e3:9.3f} ms {row.calls:7g}x {row.seconds / row.calls * 1e6:9.1f} us  "
+              f"{row.kind:11s} {row.where:9s} {row.name[:80]}" for row in result.rows[:top]]
+    return lines
 
 
 def _print_kernels(call, calls: int) -> None:
@@ -234,10 +263,13 @@ def _prepare_cuda(tvm, arch: str) -> None:
         return nvcc.compile_cuda(code, target_format="cubin", arch=arch, compiler="nvrtc")
 
 
-def _caller(tvm, runtime, library: pathlib.Path, arguments: list[np.ndarray], device):
+def _caller(tvm, runtime, library: pathlib.Path, arguments: list[np.ndarray], device, instrument=None):
     """A call of the library's `main` as `Compiled.__call__` makes it: the arguments
-    copied to the device, the tapes released after, the results copied back."""
+    copied to the device, the tapes released after, the results copied back.
+    `instrument`: the VM's instrument hook (a profile's recorder)."""
     vm = tvm.runtime.vm.VirtualMachine(tvm.runtime.load_module(str(library)), device)
+    if instrument is not None:
+        vm.set_instrument(instrument)
     main, invoke = vm["main"], vm.module["invoke_closure"]
 
     def call() -> list[np.ndarray]:

@@ -81,7 +81,8 @@ class Compiled:
 
         def profiled_call():
             recorder.start_call()
-            self._call(*machine, args)
+            with _collector_paused():  # the hook's garbage would trigger collections inside the rows it times
+                self._call(*machine, args)
 
         profiled_seconds = median_call_seconds(profiled_call, calls)
         return recorder.profile(calls, call_seconds, profiled_seconds)

@@ -17,8 +17,9 @@ a call, so a profiled call takes longer than a plain one (`profiled_seconds` aga
 the callee (the entry after a call) or the caller (the entry before): the profiled
 call's time less the plain call's and the hook's own is shared out evenly over the
 entries and taken off those rows (`unseen_hook_seconds`, per entry). The rows are
-then close to a plain call's, not exact: a call of a few microseconds is the one most
-off. On a GPU every call is followed by a device synchronization, so a kernel's time
+then close to a plain call's, not exact: the share is even, and a call of a few
+microseconds is the one most off (where all of a program's calls are that short, some
+rows come out near zero: time such a program whole). On a GPU every call is followed by a device synchronization, so a kernel's time
 is its own and not its launch.
 """
 from __future__ import annotations
@@ -28,10 +29,8 @@ import dataclasses
 import statistics
 import time
 
-from egad.text_table import text_table
-
-from . import runtime
-
+# Nothing of egad at import: benchmarks/gpu_run.py loads this file alone, by its path, on
+# a GPU machine with TVM's runtime and numpy but no egad install.
 LOOP_DRIVERS = ("egad.for_loop", "egad.while_loop")
 _now = time.perf_counter  # the recorder's clock (tests set their own)
 
@@ -78,6 +77,8 @@ class Profile:
         return dict(totals)
 
     def lines(self, top: int = 25) -> list[str]:
+        from egad.text_table import text_table
+
         attributed = sum(row.seconds for row in self.rows)
         lines = [(f"a call: {self.call_seconds * 1e3:.3f} ms; profiled: {self.profiled_seconds * 1e3:.3f} ms "
                   f"(the hook's cost included), median of {self.calls} calls; the rows are self times less "
@@ -193,7 +194,7 @@ class Recorder:
         time): numbered in the order first seen there, "loop 2" in main, "loop 2.1"
         inside loop 2's body, so one label per loop however often its parent runs it."""
         if driver == "egad.for_loop":  # (invoke, body, lo, hi, ...): see runtime._for_loop
-            body, trips = args[1], max(runtime._scalar(args[3]) - runtime._scalar(args[2]), 0)
+            body, trips = args[1], max(_integer(args[3]) - _integer(args[2]), 0)
         else:  # (invoke, cond, body, ...): runtime._while_loop
             body, trips = args[2], None
         key = (where, body.__chandle__())
@@ -226,6 +227,11 @@ class Recorder:
         loops = [ProfileLoop(label, driver, where, entered / calls, None if trips is None else trips / calls)
                  for label, (driver, where, entered, trips) in self.loops.items()]
         return Profile(tuple(rows), tuple(loops), call_seconds, profiled_seconds, calls, per_entry)
+
+
+def _integer(value) -> int:
+    """A loop bound the driver gets: a 0-d tensor (on the loop's device) or an int."""
+    return int(value.numpy()) if hasattr(value, "numpy") else int(value)
 
 
 def median_call_seconds(call, calls: int) -> float:

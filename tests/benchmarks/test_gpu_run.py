@@ -52,6 +52,21 @@ def test_run_with_tvm_runtime_alone_checks_and_times_both_builds(exported, tmp_p
     assert max(row["relative error"].values()) <= gpu_run.RTOL
 
 
+def test_profile_with_tvm_runtime_alone_times_each_call_by_loop(exported, tmp_path):
+    env = {**os.environ, "TVM_USE_RUNTIME_LIB": "1", "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c",
+                           "import sys; from benchmarks import gpu_run; rc = gpu_run.main(sys.argv[1:]); "
+                           "assert not any(m == 'egad' or m.startswith(('egad.', 'egglog')) for m in sys.modules); "
+                           "sys.exit(rc)", "profile", str(exported)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    for side in ("rules=()", "default"):
+        printed = done.stdout.split(f"== tiny lstm {side}\n")[1].split("== ")[0]
+        assert "self time by kind: " in printed and " kernel " in printed
+        assert "loop 1: egad.for_loop in main, entered 1x, 5 trips each" in printed
+        assert " loop 1 " in printed  # a row of a call inside the forward loop's body
+
+
 def test_run_refuses_results_that_differ(exported, tmp_path, monkeypatch):
     monkeypatch.delenv("TVM_USE_RUNTIME_LIB", raising=False)
     manifest = json.loads((exported / "manifest.json").read_text())
