@@ -19,8 +19,8 @@ call's time less the plain call's and the hook's own is shared out evenly over t
 entries and taken off those rows (`unseen_hook_seconds`, per entry). The rows are
 then close to a plain call's, not exact: the share is even, and a call of a few
 microseconds is the one most off (where all of a program's calls are that short, some
-rows come out near zero: time such a program whole). On a GPU every call is followed by a device synchronization, so a kernel's time
-is its own and not its launch.
+rows come out near zero: time such a program whole). On a GPU every call is followed
+by a device synchronization, so a kernel's time is its own and not its launch.
 """
 from __future__ import annotations
 
@@ -77,6 +77,7 @@ class Profile:
         return dict(totals)
 
     def lines(self, top: int = 25) -> list[str]:
+        """The header (times, loops, self time by kind) and the `top` longest rows."""
         from egad.text_table import text_table
 
         attributed = sum(row.seconds for row in self.rows)
