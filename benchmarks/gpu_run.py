@@ -32,6 +32,7 @@ benchmarks/gpu_machine.sh installs it there and runs this module.
 """
 from __future__ import annotations
 
+import gc
 import importlib.util
 import json
 import os
@@ -198,7 +199,11 @@ def profile(directory: str | os.PathLike, calls: int = 3, top: int = PROFILE_ROW
 
             def timed_call():
                 recorder.start_call()
-                timed()
+                gc.disable()  # the hook's garbage would trigger collections inside the rows it times
+                try:
+                    timed()
+                finally:
+                    gc.enable()
 
             result = recorder.profile(calls, plain, timing.median_call_seconds(timed_call, calls))
             print(f"== {entry['workload']} {side}")
