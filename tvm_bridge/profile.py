@@ -41,7 +41,7 @@ class ProfileRow:
     ("loop 1", "loop 1.2" for the second loop inside loop 1's body); `calls` and
     `seconds` (self time) are per call of the program."""
     name: str
-    kind: str  # "kernel", "loop driver", "runtime" (egad's tapes and checks) or "vm" (the VM's builtins)
+    kind: str  # "kernel", "function" (a branch), "loop driver", "runtime" (egad's tapes, checks), "vm" (builtins)
     where: str
     calls: float
     seconds: float
@@ -119,9 +119,13 @@ def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else f"{value:.2f}"
 
 
-def kind_of(symbol: str) -> str:
+def kind_of(symbol: str, func=None) -> str:
     """What a callee the VM names is: egad's loop drivers, egad's other runtime functions
-    (tapes, host checks), the VM's builtins, or a kernel (a PrimFunc of the build)."""
+    (tapes, host checks), the VM's builtins, a Relax function of the build (a closure:
+    a branch of a cond or switch, whose own calls have rows of their own), or a kernel
+    (a PrimFunc of the build)."""
+    if type(func).__name__ == "Closure":
+        return "function"
     if symbol in LOOP_DRIVERS:
         return "loop driver"
     if symbol.startswith("egad."):
@@ -152,6 +156,7 @@ class Recorder:
         """Forget every call recorded so far."""
         self.seconds: dict[tuple, float] = collections.defaultdict(float)
         self.calls: collections.Counter = collections.Counter()
+        self.kinds: dict[tuple, str] = {}  # (where, callee) -> its kind
         self.children: collections.Counter = collections.Counter()  # calls made inside each (where, callee)
         self.hook_seconds = 0.0  # the hook's own time, as it measured it
         self.loops: dict[str, list] = {}  # label -> [driver, where, entered, trips or None]
@@ -172,6 +177,8 @@ class Recorder:
             label = parent.label
             if symbol in LOOP_DRIVERS:
                 label = self._entered(symbol, parent.label, args)
+            if (parent.label, symbol) not in self.kinds:
+                self.kinds[parent.label, symbol] = kind_of(symbol, func)
             frame = _Frame(symbol, label)
             self.stack.append(frame)
             parent.children += 1
@@ -223,7 +230,8 @@ class Recorder:
         for (where, symbol), count in self.calls.items():
             measured = self.seconds[where, symbol] / calls
             share = per_entry * (count + self.children[where, symbol]) / calls
-            rows.append(ProfileRow(symbol, kind_of(symbol), where, count / calls, max(measured - share, 0.0)))
+            rows.append(ProfileRow(symbol, self.kinds.get((where, symbol)) or kind_of(symbol), where,
+                                   count / calls, max(measured - share, 0.0)))
         rows.sort(key=lambda row: -row.seconds)
         loops = [ProfileLoop(label, driver, where, entered / calls, None if trips is None else trips / calls)
                  for label, (driver, where, entered, trips) in self.loops.items()]

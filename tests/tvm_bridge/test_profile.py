@@ -98,6 +98,21 @@ def test_a_while_loop_is_labelled_without_a_trip_count():
     assert "egad.while_loop in main, entered 1x a call\n" in str(profile) + "\n"
 
 
+def _branching(v):
+    return egad.cond(enp.sum(v) > 0, lambda u: enp.tanh(u) * 2, lambda u: u - 1, v)
+
+
+def test_a_branch_is_a_function_whose_calls_have_rows_of_their_own():
+    x = np.full((4, 8), 2.0, "float32")
+    profile, compiled = _profile_of(_branching, (x,))
+    kinds = {row.name: row.kind for row in profile.rows}
+    branches = [name for name, kind in kinds.items() if kind == "function"]
+    assert branches, "the taken branch, a Relax function the VM calls"
+    assert any(kind == "kernel" and "tanh" in name for name, kind in kinds.items()), "the branch's kernel"
+    assert profile.loops == ()
+    np.testing.assert_allclose(compiled(x), egad.interpret(egad.trace(_branching, x), x), rtol=1e-6)
+
+
 def test_optimize_profiles_the_gradient_its_calls_run_forward_and_reverse_loops_included():
     args = _arguments(1)
     optimized = egad.optimize(egad.trace(_rnn, *args), wrt=(1,), rules=())
@@ -106,7 +121,7 @@ def test_optimize_profiles_the_gradient_its_calls_run_forward_and_reverse_loops_
     assert _kernel_rows(profile, "loop 2"), "the reverse loop's kernels"
     text = str(profile)
     assert text.startswith("a call: ") and "ms/call" in text and "loop 2: egad.for_loop in main" in text
-    assert set(profile.seconds_by_kind()) <= {"kernel", "loop driver", "runtime", "vm"}
+    assert set(profile.seconds_by_kind()) <= {"kernel", "function", "loop driver", "runtime", "vm"}
 
 
 def test_profile_says_what_is_wrong_with_its_arguments():
