@@ -32,7 +32,6 @@ benchmarks/gpu_machine.sh installs it there and runs this module.
 """
 from __future__ import annotations
 
-import gc
 import importlib.util
 import json
 import os
@@ -190,22 +189,9 @@ def profile(directory: str | os.PathLike, calls: int = 3, top: int = PROFILE_ROW
         for side, built in entry["sides"].items():
             library, arguments = directory / built["library"], _arrays(directory / built["arguments"])
             call = _caller(tvm, runtime, library, arguments, device)
-            call()
-            plain = timing.median_call_seconds(call, calls)
             recorder = timing.Recorder(sync=None if on_cpu else device.sync)
             timed = _caller(tvm, runtime, library, arguments, device, instrument=recorder)
-            timed()
-            recorder.reset()
-
-            def timed_call():
-                recorder.start_call()
-                gc.disable()  # the hook's garbage would trigger collections inside the rows it times
-                try:
-                    timed()
-                finally:
-                    gc.enable()
-
-            result = recorder.profile(calls, plain, timing.median_call_seconds(timed_call, calls))
+            result = timing.measure(call, timed, recorder, calls)
             print(f"== {entry['workload']} {side}")
             print("\n".join(_profile_lines(result, top)))
             _print_kernels(call, calls)

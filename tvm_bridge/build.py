@@ -22,7 +22,7 @@ from egad.pytree import flatten, unflatten
 from . import host_checks, index_checks, runtime, schedule
 from .cache import BuildCache, Entry, cache_key, shared_cache
 from .lower import lower
-from .profile import Profile, Recorder, median_call_seconds
+from .profile import Profile, Recorder, measure
 from .targets import ResolvedTarget, device_source, resolve
 
 
@@ -65,27 +65,17 @@ class Compiled:
     def profile(self, *args, calls: int = 5) -> Profile:
         """Where a call on `args` spends its time (tvm_bridge/profile.py): the median of
         `calls` calls timed as they are, then `calls` more on a VM of its own whose every
-        call (kernel, loop driver, VM builtin) is timed, after a warm-up call of each."""
+        call (kernel, loop driver, VM builtin) is timed, after a warm-up call of each
+        (`profile.measure`; bad arguments fail in the first, as in any call)."""
         if isinstance(calls, bool) or not isinstance(calls, int) or calls < 1:
             raise ArgumentError(message(f"profile: calls must be a positive int, got {calls!r}",
                                         instead="e.g. calls=5 (the medians are over that many calls)"))
-        self(*args)  # warm-up; bad arguments fail here as in any call
-        call_seconds = median_call_seconds(lambda: self(*args), calls)
         device = self.target.device()
         vm = relax.VirtualMachine(self.executable, device)
         recorder = Recorder(sync=None if _on_cpu(device) else device.sync)
         vm.set_instrument(recorder)
         machine = (vm["main"], vm.module["invoke_closure"], device)
-        self._call(*machine, args)
-        recorder.reset()  # the warm-up's calls are not counted
-
-        def profiled_call():
-            recorder.start_call()
-            with _collector_paused():  # the hook's garbage would trigger collections inside the rows it times
-                self._call(*machine, args)
-
-        profiled_seconds = median_call_seconds(profiled_call, calls)
-        return recorder.profile(calls, call_seconds, profiled_seconds)
+        return measure(lambda: self(*args), lambda: self._call(*machine, args), recorder, calls)
 
     def _call(self, main, invoke, device, args):
         leaves = _Leaves(args, self.program.signature.trees, self._staging)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import gc
 import statistics
 import time
 
@@ -137,7 +138,6 @@ def kind_of(symbol: str, func=None) -> str:
 
 @dataclasses.dataclass
 class _Frame:
-    symbol: str
     label: str  # where the calls made inside this frame ran: "main" or its loop's label
     started: float = 0.0
     nested: float = 0.0  # time of the instrumented calls made inside this one
@@ -165,7 +165,7 @@ class Recorder:
 
     def start_call(self) -> None:
         """Before each call of the program (a call that raised leaves frames behind)."""
-        self.stack = [_Frame("main", "main")]
+        self.stack = [_Frame("main")]
 
     def __call__(self, func, symbol, before, result, *args) -> int:
         entered = _now()
@@ -179,7 +179,7 @@ class Recorder:
                 label = self._entered(symbol, parent.label, args)
             if (parent.label, symbol) not in self.kinds:
                 self.kinds[parent.label, symbol] = kind_of(symbol, func)
-            frame = _Frame(symbol, label)
+            frame = _Frame(label)
             self.stack.append(frame)
             parent.children += 1
             frame.started = _now()
@@ -230,12 +230,35 @@ class Recorder:
         for (where, symbol), count in self.calls.items():
             measured = self.seconds[where, symbol] / calls
             share = per_entry * (count + self.children[where, symbol]) / calls
-            rows.append(ProfileRow(symbol, self.kinds.get((where, symbol)) or kind_of(symbol), where,
-                                   count / calls, max(measured - share, 0.0)))
+            rows.append(ProfileRow(symbol, self.kinds[where, symbol], where, count / calls,
+                                   max(measured - share, 0.0)))
         rows.sort(key=lambda row: -row.seconds)
         loops = [ProfileLoop(label, driver, where, entered / calls, None if trips is None else trips / calls)
                  for label, (driver, where, entered, trips) in self.loops.items()]
         return Profile(tuple(rows), tuple(loops), call_seconds, profiled_seconds, calls, per_entry)
+
+
+def measure(plain, timed, recorder: Recorder, calls: int) -> Profile:
+    """The profile of a program's call: `plain()` makes it as a user does, `timed()` on
+    a VM whose instrument hook is `recorder`. Each is called once to warm up (bad
+    arguments fail in the first), then `calls` times; the collector is paused in the
+    timed calls, where the hook's garbage would set it off inside the rows it times."""
+    plain()
+    call_seconds = median_call_seconds(plain, calls)
+    timed()
+    recorder.reset()  # the warm-up's calls are not counted
+
+    def profiled_call():
+        recorder.start_call()
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            timed()
+        finally:
+            if collecting:
+                gc.enable()
+
+    return recorder.profile(calls, call_seconds, median_call_seconds(profiled_call, calls))
 
 
 def _integer(value) -> int:
