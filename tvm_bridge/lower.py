@@ -78,9 +78,9 @@ class Lowering:
         offsets, for tvm_bridge/rows_in_place.py to point its kernels at."""
         for binding in region.bindings:  # sub-regions first: Relax builds one function at a time
             step = (-1 if binding.attrs.get("reverse") else 1) if binding.op == "for" else 0
-            rows = binding.attrs["n_state"] if binding.op == "for" else None
+            body_rows_from = binding.attrs["n_state"] if binding.op == "for" else None  # results: state, then rows
             for sub in binding.regions:
-                self.functions[id(sub)] = self.function(sub, counter_step=step, rows_from=rows)
+                self.functions[id(sub)] = self.function(sub, counter_step=step, rows_from=body_rows_from)
         if name is None:
             self.counter += 1
             name = f"{region.name}_{self.counter}"
