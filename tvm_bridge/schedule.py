@@ -307,9 +307,10 @@ def schedule_matmul(sch: s_tir.Schedule, lanes_of: "VectorLanes") -> bool:
     others = [block for block in _blocks_at_root(sch) if not sch.get(block).same_as(sch.get(main.block_rv))]
     output = sch.get(main.block_rv).writes[0].source
     tiles = _tile_matmul(sch, main.block_rv, axes, lanes_of(output.dtype), MATMUL_ROW_TILES[lanes_of.registers])
+    readers = [block for block in others if _reads_buffer(sch, block, output)]
     for block in others:
         if _reads_buffer(sch, block, output) and _is_pointwise_on(sch, block, output):
-            _schedule_epilogue(sch, block, tiles, lanes_of(output.dtype))
+            _schedule_epilogue(sch, block, tiles, lanes_of(output.dtype), only_reader=len(readers) == 1)
         else:  # after the whole product, at the root
             _parallel_vectorize(sch, block, lanes_of)
     sch.decompose_reduction(main.block_rv, tiles.first_depth_loop)
@@ -459,10 +460,14 @@ def _accumulate_locally(sch, block, row_outer, lanes: int):
     return write_back
 
 
-def _schedule_epilogue(sch, block, tiles: MatmulTiles, lanes: int):
+def _schedule_epilogue(sch, block, tiles: MatmulTiles, lanes: int, only_reader: bool):
     """An elementwise epilogue runs in the write-back of each register tile when it
-    inlines there, else per column tile after the depth loop."""
-    if tiles.write_back is not None and _try(sch.reverse_compute_inline, block):
+    inlines there, else per column tile after the depth loop. Only the product's one
+    reader inlines: TVM lets a second reader inline too, and the write-back then
+    computes it instead of the product, which the first still reads (`tanh(y)` and
+    `sigmoid(y)` of one `y = x @ W + b`: "matmul_intermediate is used before its
+    definition")."""
+    if only_reader and tiles.write_back is not None and _try(sch.reverse_compute_inline, block):
         return
     sch.reverse_compute_at(block, tiles.outer, preserve_unit_loops=True)
     _vectorize_innermost(sch, block, lanes)

@@ -412,6 +412,25 @@ def test_a_sum_only_the_epilogue_reads_is_inlined_into_it_and_the_product_schedu
     check_against_interpreter(sum_then_product, *args)
 
 
+GATE_COLUMNS = np.arange(96) % 3 == 0  # which columns of a gated layer take tanh, the others sigmoid
+
+
+def gated_dense(a, w, bias):
+    y = a @ w + bias  # read by two epilogue chains: tanh's and sigmoid's
+    return enp.where(GATE_COLUMNS, enp.tanh(y), enn.sigmoid(y))
+
+
+@pytest.mark.parametrize("rows", [8, 32, 1024])
+def test_a_product_two_epilogue_chains_read_is_kept_for_the_second(rows):
+    """The write-back of the product's tiles computes one reader's chain only when that is
+    its only reader; inlined for the first of two, the second read a product no tile wrote
+    (TVM: "matmul_intermediate is used before its definition", the build failed)."""
+    args = (f32(rows, 24), f32(24, 96) / 4, f32(96))
+    funcs = scheduled_prim_funcs(gated_dense, *args)
+    assert rules_applied(funcs) == {"matmul-tiled-packed"}, list(funcs)
+    check_against_interpreter(gated_dense, *args)
+
+
 def two_column_blocks(W, h):
     return enp.sum(h @ W[:, :64]) + enp.sum(h @ W[:, 128:])
 
