@@ -463,10 +463,10 @@ def _accumulate_locally(sch, block, row_outer, lanes: int):
 def _schedule_epilogue(sch, block, tiles: MatmulTiles, lanes: int, only_reader: bool):
     """An elementwise epilogue runs in the write-back of each register tile when it
     inlines there, else per column tile after the depth loop. Only the product's one
-    reader inlines: TVM lets a second reader inline too, and the write-back then
-    computes it instead of the product, which the first still reads (`tanh(y)` and
-    `sigmoid(y)` of one `y = x @ W + b`: "matmul_intermediate is used before its
-    definition")."""
+    reader inlines: TVM lets a reader inline while another reads the product too, the
+    write-back then computes the first instead of the product, and the other reads a
+    product nothing writes (`tanh(y)` and `sigmoid(y)` of one `y = x @ W + b`: the
+    build failed, "matmul_intermediate is used before its definition")."""
     if only_reader and tiles.write_back is not None and _try(sch.reverse_compute_inline, block):
         return
     sch.reverse_compute_at(block, tiles.outer, preserve_unit_loops=True)
