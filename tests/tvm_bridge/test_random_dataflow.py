@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from egad.tvm_bridge import build
+from egad.tvm_bridge.cache import BuildCache
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
@@ -17,8 +19,6 @@ import egad
 import egad.nn as enn
 import egad.numpy as enp
 from egad.pytree import flatten
-from egad.tvm_bridge import build
-from egad.tvm_bridge.cache import BuildCache
 
 DEPTH = 24  # the products' depth: x is (rows, DEPTH)
 
@@ -55,48 +55,66 @@ def descriptions(draw):
     return rows, columns, tuple(steps), draw(st.sampled_from([1, 2]))
 
 
-def program_of(description):
-    """fn(x, W, V, b, y) computing the steps (y is the first value), returning the last
-    `outputs` values."""
-    _, columns, steps, outputs = description
+def values_of(description, x, W, V, b, y) -> list:
+    """The values of the steps, y first: `x @ W` is a product, `v @ V` a product of a value."""
+    _, columns, steps, _ = description
     mask = np.arange(columns) % 3 == 0
+    values = [y]
+    for op, reads in steps:
+        operands = [values[-1 - k] for k in reads]
+        if op == "product":
+            value = x @ W
+        elif op == "product of":
+            value = operands[0] @ V
+        elif op == "bias":
+            value = operands[0] + b
+        elif op == "row sum":
+            value = operands[0] * enp.tanh(enp.sum(operands[0], axis=1, keepdims=True) / columns)
+        elif op == "column sum":
+            value = operands[0] - enp.sum(operands[0], axis=0, keepdims=True) / operands[0].shape[0]
+        elif op == "halves":  # each half its own op, put back together
+            half = columns // 2
+            value = enp.concatenate([enp.tanh(operands[0][:, :half]), operands[0][:, half:] * 0.5], axis=1)
+        elif isinstance(op, tuple):  # ("diamond", its first chain, its second, the join)
+            _, first, second, join = op
+            value = BINARY[join](UNARY[first](operands[0]), UNARY[second](operands[0]))
+        elif op == "select":
+            value = enp.where(mask, operands[0], operands[1])
+        elif op in UNARY:
+            value = UNARY[op](operands[0])
+        else:
+            value = BINARY[op](*operands)
+        values.append(value)
+    return values
 
-    def fn(x, W, V, b, y):
-        values = [y]
-        for op, reads in steps:
-            operands = [values[-1 - k] for k in reads]
-            if op == "product":
-                value = x @ W
-            elif op == "product of":
-                value = operands[0] @ V
-            elif op == "bias":
-                value = operands[0] + b
-            elif op == "row sum":
-                value = operands[0] * enp.tanh(enp.sum(operands[0], axis=1, keepdims=True) / columns)
-            elif op == "column sum":
-                value = operands[0] - enp.sum(operands[0], axis=0, keepdims=True) / operands[0].shape[0]
-            elif op == "halves":  # each half its own op, put back together
-                half = columns // 2
-                value = enp.concatenate([enp.tanh(operands[0][:, :half]), operands[0][:, half:] * 0.5], axis=1)
-            elif isinstance(op, tuple):  # ("diamond", its first chain, its second, the join)
-                _, first, second, join = op
-                value = BINARY[join](UNARY[first](operands[0]), UNARY[second](operands[0]))
-            elif op == "select":
-                value = enp.where(mask, operands[0], operands[1])
-            elif op in UNARY:
-                value = UNARY[op](operands[0])
-            else:
-                value = BINARY[op](*operands)
-            values.append(value)
-        return tuple(values[-outputs:])
+
+def program_of(description):
+    """fn(x, W, V, b, y) computing the steps, returning the last `outputs` values."""
+    outputs = description[3]
+    return lambda x, W, V, b, y: tuple(values_of(description, x, W, V, b, y)[-outputs:])
+
+
+def loop_program_of(description):
+    """fn(xs, W, V, b, h0): the steps as a scan body, h = tanh(last value) carried and,
+    with two outputs, the value before the last stacked."""
+    outputs = description[3]
+
+    def fn(xs, W, V, b, h0):
+        def body(h, x):
+            values = values_of(description, x, W, V, b, h)
+            return enp.tanh(values[-1]), tuple(values[-2:-1] if outputs == 2 else ())
+
+        return egad.scan(body, h0, xs)
 
     return fn
 
 
-def arguments(description, seed: int) -> tuple:
+def arguments(description, seed: int, trips: int | None = None) -> tuple:
+    """x (or, with `trips`, xs stacking that many), W, V, b, y."""
     rows, columns = description[:2]
     rng = np.random.default_rng(seed)
-    return (rng.standard_normal((rows, DEPTH)).astype(np.float32),
+    x_shape = (rows, DEPTH) if trips is None else (trips, rows, DEPTH)
+    return (rng.standard_normal(x_shape).astype(np.float32),
             (rng.standard_normal((DEPTH, columns)) / np.sqrt(DEPTH)).astype(np.float32),
             (rng.standard_normal((columns, columns)) / np.sqrt(columns)).astype(np.float32),
             rng.standard_normal(columns).astype(np.float32),
@@ -110,13 +128,31 @@ def _check(description, seed: int):
     _assert_close(build(program, cache=BuildCache(None))(*args), egad.interpret(program, *args),
                   "the built random program")
 
-    def loss(*args):
-        outputs = fn(*args)
-        return sum(enp.sum(value * value) * (k + 1) for k, value in enumerate(outputs))
-
-    gradient = egad.value_and_grad(egad.trace(loss, *args), wrt=(0, 1, 2, 3, 4))
+    gradient = egad.value_and_grad(egad.trace(_loss_of(fn), *args), wrt=WRT)
     _assert_close(build(gradient, cache=BuildCache(None))(*args), egad.interpret(gradient, *args),
                   "the built gradient of the random program")
+
+
+WRT = (0, 1, 2, 3, 4)  # every argument
+
+
+def _loss_of(fn):
+    def loss(*args):
+        outputs = [leaf for leaf in flatten(fn(*args))[0]]
+        return sum(enp.sum(value * value) * (k + 1) for k, value in enumerate(outputs))
+
+    return loss
+
+
+def _check_loop(description, seed: int):
+    """The steps as a loop body: the gradient `egad.optimize` builds with the default
+    rule families (batching, fusion, stacked rows written in place) and with none."""
+    args = arguments(description, seed, trips=4)
+    primal = egad.trace(_loss_of(loop_program_of(description)), *args)
+    expected = egad.interpret(egad.value_and_grad(primal, wrt=WRT), *args)
+    for rules in (None, ()):
+        _assert_close(egad.optimize(primal, wrt=WRT, rules=rules)(*args), expected,
+                      f"the optimized gradient of the random loop (rules={rules})", rtol=1e-3)
 
 
 def _assert_close(got, want, context: str, rtol: float = 1e-4):
@@ -143,6 +179,21 @@ def test_built_random_dataflow_matches_interpreter(description, seed):
 def test_built_random_dataflow_matches_interpreter_many(description, seed):
     note(f"rows, columns, steps: {description}")
     _check(description, seed)
+
+
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(description=descriptions(), seed=st.integers(0, 3))
+def test_optimized_random_loop_body_matches_interpreter(description, seed):
+    note(f"rows, columns, steps: {description}")
+    _check_loop(description, seed)
+
+
+@pytest.mark.slow
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(description=descriptions(), seed=st.integers(0, 3))
+def test_optimized_random_loop_body_matches_interpreter_many(description, seed):
+    note(f"rows, columns, steps: {description}")
+    _check_loop(description, seed)
 
 
 def test_a_product_read_by_two_epilogue_chains_builds():
