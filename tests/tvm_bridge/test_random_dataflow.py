@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from egad.tvm_bridge import build
-from egad.tvm_bridge.cache import BuildCache
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
@@ -19,6 +17,8 @@ import egad
 import egad.nn as enn
 import egad.numpy as enp
 from egad.pytree import flatten
+from egad.tvm_bridge import build
+from egad.tvm_bridge.cache import BuildCache
 
 DEPTH = 24  # the products' depth: x is (rows, DEPTH)
 
