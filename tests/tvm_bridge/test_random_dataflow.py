@@ -166,34 +166,21 @@ def _assert_close(got, want, context: str, rtol: float = 1e-4):
         np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol * scale, err_msg=f"{context}, leaf {k}")
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(description=descriptions(), seed=st.integers(0, 3))
-def test_built_random_dataflow_matches_interpreter(description, seed):
-    note(f"rows, columns, steps: {description}")
-    _check(description, seed)
+def drawn(check, examples: int):
+    """A Hypothesis test of `check(description, seed)` over `examples` draws."""
+    @settings(max_examples=examples, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(description=descriptions(), seed=st.integers(0, 3))
+    def test(description, seed):
+        note(f"rows, columns, steps: {description}")
+        check(description, seed)
+
+    return test
 
 
-@pytest.mark.slow
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(description=descriptions(), seed=st.integers(0, 3))
-def test_built_random_dataflow_matches_interpreter_many(description, seed):
-    note(f"rows, columns, steps: {description}")
-    _check(description, seed)
-
-
-@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(description=descriptions(), seed=st.integers(0, 3))
-def test_optimized_random_loop_body_matches_interpreter(description, seed):
-    note(f"rows, columns, steps: {description}")
-    _check_loop(description, seed)
-
-
-@pytest.mark.slow
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(description=descriptions(), seed=st.integers(0, 3))
-def test_optimized_random_loop_body_matches_interpreter_many(description, seed):
-    note(f"rows, columns, steps: {description}")
-    _check_loop(description, seed)
+test_built_random_dataflow_matches_interpreter = drawn(_check, 10)
+test_built_random_dataflow_matches_interpreter_many = pytest.mark.slow(drawn(_check, 150))
+test_optimized_random_loop_body_matches_interpreter = drawn(_check_loop, 3)
+test_optimized_random_loop_body_matches_interpreter_many = pytest.mark.slow(drawn(_check_loop, 40))
 
 
 def test_a_product_read_by_two_epilogue_chains_builds():
