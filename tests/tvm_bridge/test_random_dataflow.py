@@ -2,8 +2,9 @@
 (tvm_bridge/schedule.py): products with epilogues, elementwise chains, reductions,
 column slices put back together, selects, with values read by several ops (FuseOps
 puts such a diamond in one kernel). Built, each agrees with the interpreter, and so
-does its gradient's build. The random control-flow programs of test_random_compiled.py
-have few of these shapes. A product read by two epilogue chains (`tanh(y)` and
+does its gradient's build; as a `scan` body, so does the gradient `egad.optimize`
+builds with the default rules and with none. The random control-flow programs of
+test_random_compiled.py have few of these shapes. A product read by two epilogue chains (`tanh(y)` and
 `sigmoid(y)` of one `y = x @ W + b`) failed to build: the last test, written as a
 description of this generator."""
 from __future__ import annotations
@@ -121,6 +122,17 @@ def arguments(description, seed: int, trips: int | None = None) -> tuple:
             rng.standard_normal((rows, columns)).astype(np.float32))
 
 
+WRT = (0, 1, 2, 3, 4)  # every argument
+
+
+def _loss_of(fn):
+    """A scalar of all of fn's results (a stacked output included), each weighted differently."""
+    def loss(*args):
+        return sum(enp.sum(value * value) * (k + 1) for k, value in enumerate(flatten(fn(*args))[0]))
+
+    return loss
+
+
 def _check(description, seed: int):
     fn = program_of(description)
     args = arguments(description, seed)
@@ -131,17 +143,6 @@ def _check(description, seed: int):
     gradient = egad.value_and_grad(egad.trace(_loss_of(fn), *args), wrt=WRT)
     _assert_close(build(gradient, cache=BuildCache(None))(*args), egad.interpret(gradient, *args),
                   "the built gradient of the random program")
-
-
-WRT = (0, 1, 2, 3, 4)  # every argument
-
-
-def _loss_of(fn):
-    def loss(*args):
-        outputs = [leaf for leaf in flatten(fn(*args))[0]]
-        return sum(enp.sum(value * value) * (k + 1) for k, value in enumerate(outputs))
-
-    return loss
 
 
 def _check_loop(description, seed: int):
