@@ -421,7 +421,7 @@ def gated_dense(a, w, bias):
 
 
 @pytest.mark.parametrize("rows", [8, 32, 1024])
-def test_a_product_two_epilogue_chains_read_is_kept_for_the_second(rows):
+def test_a_product_read_by_two_epilogue_chains_is_kept_for_the_second(rows):
     """The write-back of the product's tiles computes one reader's chain only when that is
     its only reader; inlined for the first of two, the second read a product no tile wrote
     (TVM: "matmul_intermediate is used before its definition", the build failed)."""
