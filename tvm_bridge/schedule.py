@@ -309,7 +309,7 @@ def schedule_matmul(sch: s_tir.Schedule, lanes_of: "VectorLanes") -> bool:
     tiles = _tile_matmul(sch, main.block_rv, axes, lanes_of(output.dtype), MATMUL_ROW_TILES[lanes_of.registers])
     readers = [block for block in others if _reads_buffer(sch, block, output)]
     for block in others:
-        if _reads_buffer(sch, block, output) and _is_pointwise_on(sch, block, output):
+        if block in readers and _is_pointwise_on(sch, block, output):
             _schedule_epilogue(sch, block, tiles, lanes_of(output.dtype), only_reader=len(readers) == 1)
         else:  # after the whole product, at the root
             _parallel_vectorize(sch, block, lanes_of)
