@@ -183,6 +183,7 @@ def profile(directory: str | os.PathLike, calls: int = 3, top: int = PROFILE_ROW
     kernels CUPTI saw (their number and summed time, against the calls' wall time)."""
     tvm, runtime, manifest, device = _open(directory)
     timing = _load_file("egad_gpu_run_profile", REPO / "tvm_bridge" / "profile.py")
+    table = _load_file("egad_gpu_run_text_table", REPO / "egad" / "text_table.py").text_table
     directory = pathlib.Path(directory)
     on_cpu = device.dlpack_device_type() == tvm.cpu().dlpack_device_type()
     for entry in manifest["workloads"]:
@@ -193,22 +194,8 @@ def profile(directory: str | os.PathLike, calls: int = 3, top: int = PROFILE_ROW
             timed = _caller(tvm, runtime, library, arguments, device, instrument=recorder)
             result = timing.measure(call, timed, recorder, calls)
             print(f"== {entry['workload']} {side}")
-            print("\n".join(_profile_lines(result, top)))
+            print("\n".join(result.lines(top, text_table=table)))
             _print_kernels(call, calls)
-
-
-def _profile_lines(result, top: int) -> list[str]:
-    """A Profile as lines, without egad's table helper (no egad install here)."""
-    kinds = ", ".join(f"{kind} {seconds * 1e3:.3f} ms" for kind, seconds in
-                      sorted(result.seconds_by_kind().items(), key=lambda kv: -kv[1]))
-    lines = [f"  a call {result.call_seconds * 1e3:.3f} ms (profiled {result.profiled_seconds * 1e3:.3f} ms); "
-             f"self time by kind: {kinds}"]
-    lines += [f"  {loop.label}: {loop.driver} in {loop.where}, entered {loop.entered:g}x"
-              + ("" if loop.trips is None else f", {loop.trips / max(loop.entered, 1e-12):g} trips each")
-              for loop in result.loops]
-    lines += [f"  {row.seconds * 1e3:9.3f} ms {row.calls:7g}x {row.seconds / row.calls * 1e6:9.1f} us  "
-              f"{row.kind:11s} {row.where:9s} {row.name[:80]}" for row in result.rows[:top]]
-    return lines
 
 
 def _print_kernels(call, calls: int) -> None:

@@ -77,9 +77,12 @@ class Profile:
             totals[row.kind] += row.seconds
         return dict(totals)
 
-    def lines(self, top: int = 25) -> list[str]:
-        """The header (times, loops, self time by kind) and the `top` longest rows."""
-        from egad.text_table import text_table
+    def lines(self, top: int = 25, text_table=None) -> list[str]:
+        """The header (times, loops, self time by kind) and the `top` longest rows, laid
+        out by `text_table` (egad/text_table.py's function; benchmarks/gpu_run.py, where
+        egad is not installed, passes it loaded from its file)."""
+        if text_table is None:
+            from egad.text_table import text_table
 
         attributed = sum(row.seconds for row in self.rows)
         lines = [(f"a call: {self.call_seconds * 1e3:.3f} ms; profiled: {self.profiled_seconds * 1e3:.3f} ms "

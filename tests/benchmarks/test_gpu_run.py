@@ -63,7 +63,7 @@ def test_profile_with_tvm_runtime_alone_times_each_call_by_loop(exported, tmp_pa
     for side in ("rules=()", "default"):
         printed = done.stdout.split(f"== tiny lstm {side}\n")[1].split("== ")[0]
         assert "self time by kind: " in printed and " kernel " in printed
-        assert "loop 1: egad.for_loop in main, entered 1x, 5 trips each" in printed
+        assert "loop 1: egad.for_loop in main, entered 1x a call, 5 trips each" in printed
         assert " loop 1 " in printed  # a row of a call inside the forward loop's body
 
 
