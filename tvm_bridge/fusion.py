@@ -14,6 +14,8 @@ from tvm import relax, te, tirx, topi
 from tvm.relax.backend.utils import BackendDispatcher
 from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
 
+from . import output_fusion
+from .relax_exprs import substitute
 from .tir_blocks import is_pure_read
 
 
@@ -49,6 +51,8 @@ def legalize_and_fuse(target, backend=cpu_generic) -> list:
             passes += [relax.transform.DeadCodeElimination(), read_where_used]
         if pass_.info.name == "FuseOps" and limit is not None:
             passes.append(limit_kernel_buffers(int(limit)))
+        if pass_.info.name == "FuseOps" and target.kind.name == "llvm":
+            passes.append(output_fusion.fuse_outputs_into_readers)
     return passes
 
 
@@ -311,7 +315,7 @@ def _copy_reads(reads: _Reads, bindings: list) -> list:
         kept = len(using) > len(fusable) or not isinstance(binding.var, relax.DataflowVar)  # an output stays
         for index in fusable[0 if kept else 1:]:
             copy = relax.DataflowVar(binding.var.name, binding.var.ty)
-            read = _substitute(binding.value, {})  # a call of its own
+            read = substitute(binding.value, {})  # a call of its own
             copies.setdefault(index, []).append((binding.var, relax.VarBinding(copy, read)))
     if not copies:
         return bindings
@@ -321,7 +325,7 @@ def _copy_reads(reads: _Reads, bindings: list) -> list:
         for read, copy in copies.get(index, []):
             result.append(copy)
             replace[read] = copy.var
-        result.append(relax.VarBinding(binding.var, _substitute(binding.value, replace), binding.span)
+        result.append(relax.VarBinding(binding.var, substitute(binding.value, replace), binding.span)
                       if replace else binding)
     return result
 
@@ -342,14 +346,3 @@ def _static_tensors(binding) -> bool:
     return all(isinstance(value, relax.Expr) and isinstance(value.ty, relax.TensorType)
                and value.ty.shape is not None and all(isinstance(d, tirx.IntImm) for d in value.ty.shape.values)
                for value in values)
-
-
-def _substitute(expr, replace: dict):
-    if isinstance(expr, relax.Var):
-        return replace.get(expr, expr)
-    if isinstance(expr, relax.Tuple):
-        return relax.Tuple([_substitute(field, replace) for field in expr.fields], expr.span)
-    if isinstance(expr, relax.Call):
-        return relax.Call(expr.op, [_substitute(arg, replace) for arg in expr.args], expr.attrs, expr.ty_args,
-                          expr.span)
-    return expr

@@ -68,20 +68,20 @@ def stack_params(rows, ahead: bool) -> list:
 def write_rows_in_place(mod: tvm.IRModule, _context) -> tvm.IRModule:
     """Run after fusion and kernel scheduling, before CallTIRRewrite: every row a body
     taking stacks computes with a kernel is written by that kernel into its stack."""
-    rewritten = {}
+    rewritten, kernels = {}, {}
     for global_var, func in mod.functions_items():
         if isinstance(func, relax.Function) and func.attrs is not None and ATTR in func.attrs:
-            new_func = _write_in_place(func)
+            new_func = _write_in_place(func, mod, kernels)
             if new_func is not None:
                 rewritten[global_var] = new_func
     if not rewritten:
         return mod
-    for global_var, func in rewritten.items():
+    for global_var, func in [*kernels.values(), *rewritten.items()]:
         mod[global_var] = func
     return relax.transform.Normalize()(mod)
 
 
-def _write_in_place(func: relax.Function) -> relax.Function | None:
+def _write_in_place(func: relax.Function, mod: tvm.IRModule, kernels_made: dict) -> relax.Function | None:
     if not isinstance(func.body, relax.SeqExpr) or not isinstance(func.body.body, relax.Tuple):
         return None
     offsets = list(func.params[-1].ty.values)
@@ -91,8 +91,12 @@ def _write_in_place(func: relax.Function) -> relax.Function | None:
     results = func.body.body.fields
     n_state = int(func.attrs[ATTR])  # the results: the state, the rows, the next counter
     rows = results[n_state:n_state + count]
-    kernels = {binding.var for block in func.body.blocks for binding in block.bindings
-               if isinstance(binding, relax.VarBinding) and _is_kernel_call(binding.value)}
+    calls = {binding.var: binding.value for block in func.body.blocks for binding in block.bindings
+             if isinstance(binding, relax.VarBinding)}
+    # what a kernel makes: its one output, or an output of a kernel making several (tvm_bridge/output_fusion.py)
+    kernels = {var for var, value in calls.items() if _is_kernel_call(value)}
+    kernels |= {var for var, value in calls.items() if isinstance(value, relax.TupleGetItem)
+                and _is_kernel_call(calls.get(value.tuple_value), several=True)}
     targets = {}  # a var a kernel makes -> (its stack, the offset it goes at); a var stacked twice: the first
     for k, row in enumerate(rows):
         if row in kernels and row not in targets:
@@ -103,13 +107,22 @@ def _write_in_place(func: relax.Function) -> relax.Function | None:
             made = results[states[row]] if row in states else None
             if made in kernels and made not in targets:
                 targets[made] = (stacks[k], offsets[count + k])
+    # a kernel making several values: which of its outputs go where
+    outputs_of = {}
+    for var, value in calls.items():
+        if var in targets and isinstance(value, relax.TupleGetItem):
+            outputs_of.setdefault(value.tuple_value, {})[value.index] = targets[var]
     blocks, changed = [], False
     for block in func.body.blocks:
         bindings = []
+        dataflow = isinstance(block, relax.DataflowBlock)
         for binding in block.bindings:
             target = targets.get(binding.var) if isinstance(binding, relax.VarBinding) else None
-            if target is not None:
-                bindings.extend(_into_stack(binding, *target, isinstance(block, relax.DataflowBlock)))
+            if target is not None and not isinstance(binding.value, relax.TupleGetItem):
+                bindings.extend(_into_stack(binding, *target, dataflow))
+                changed = True
+            elif isinstance(binding, relax.VarBinding) and binding.var in outputs_of:
+                bindings.extend(_into_stacks(binding, outputs_of[binding.var], dataflow, mod, kernels_made))
                 changed = True
             else:
                 bindings.append(binding)
@@ -120,13 +133,30 @@ def _write_in_place(func: relax.Function) -> relax.Function | None:
     return relax.Function(func.params, body, func.ret_ty, func.is_pure, func.attrs, func.span)
 
 
-def _is_kernel_call(value) -> bool:
-    """A `call_tir` of one static-shaped output and no symbolic-shape arguments."""
+def _is_kernel_call(value, several: bool = False) -> bool:
+    """A `call_tir` of one static-shaped output (`several`: of two or more) and no
+    symbolic-shape arguments."""
     if not (isinstance(value, relax.Call) and value.op.same_as(_CALL_TIR) and len(value.args) == 2
             and isinstance(value.args[1], relax.Tuple)):
         return False
-    (out,) = value.ty_args if len(value.ty_args) == 1 else (None,)
-    return isinstance(out, relax.TensorType) and isinstance(out.shape, relax.ShapeExpr)
+    outputs = list(value.ty_args)
+    if several:
+        outputs = list(outputs[0].fields) if len(outputs) == 1 and isinstance(outputs[0], relax.TupleType) \
+            else outputs
+        if len(outputs) < 2:
+            return False
+    elif len(outputs) != 1:
+        return False
+    return all(isinstance(out, relax.TensorType) and isinstance(out.shape, relax.ShapeExpr) for out in outputs)
+
+
+def _row_view(name: str, out, stack: relax.Var, offset, dataflow: bool) -> list:
+    """A view of `stack` at `offset` holding one `out`, re-based: (its bindings)."""
+    var = relax.DataflowVar if dataflow else relax.Var
+    view = var(f"{name}_row", out)
+    rebased = var(f"{name}_in_stack", out)
+    return [relax.VarBinding(view, relax.op.memory.view(stack, out.shape, out.dtype, relax.prim_value(offset))),
+            relax.VarBinding(rebased, relax.op.memory.ensure_zero_offset(view))]
 
 
 def _into_stack(binding: relax.VarBinding, stack: relax.Var, offset, dataflow: bool) -> list:
@@ -134,13 +164,49 @@ def _into_stack(binding: relax.VarBinding, stack: relax.Var, offset, dataflow: b
     writing it in place."""
     call = binding.value
     out = call.ty_args[0]
-    var = relax.DataflowVar if dataflow else relax.Var
-    view = var(f"{binding.var.name}_row", out)
-    rebased = var(f"{binding.var.name}_in_stack", out)
+    view = _row_view(binding.var.name, out, stack, offset, dataflow)
     args = list(call.args[1].fields)
-    return [
-        relax.VarBinding(view, relax.op.memory.view(stack, out.shape, out.dtype, relax.prim_value(offset))),
-        relax.VarBinding(rebased, relax.op.memory.ensure_zero_offset(view)),
-        relax.VarBinding(binding.var, relax.call_tir_inplace(call.args[0], relax.Tuple([*args, rebased]),
-                                                             [len(args)], out)),
-    ]
+    return [*view, relax.VarBinding(binding.var, relax.call_tir_inplace(
+        call.args[0], relax.Tuple([*args, view[-1].var]), [len(args)], out))]
+
+
+def _into_stacks(binding: relax.VarBinding, targets: dict, dataflow: bool, mod: tvm.IRModule,
+                 kernels_made: dict) -> list:
+    """`values = kernel(args)` making several outputs, some of them rows (`targets`: an
+    output's index -> (its stack, its offset)), as the kernel writing those in place.
+    call_tir_inplace passes the outputs written in place as arguments and the others
+    after all arguments, so the kernel's output parameters are put in that order: those
+    written in place, then the others."""
+    call = binding.value
+    outs = list(call.ty_args[0].fields) if isinstance(call.ty_args[0], relax.TupleType) else list(call.ty_args)
+    args = list(call.args[1].fields)
+    in_place = sorted(targets)
+    fresh = [k for k in range(len(outs)) if k not in targets]
+    bindings = []
+    for k in in_place:
+        bindings += _row_view(f"{binding.var.name}_{k}", outs[k], *targets[k], dataflow)
+    rebased = [view.var for view in bindings[1::2]]
+    order = in_place + fresh
+    callee = call.args[0] if order == sorted(order) else _outputs_reordered(call.args[0], len(args), order, mod,
+                                                                             kernels_made)
+    indices = [len(args) + in_place.index(k) if k in targets else -1 for k in range(len(outs))]
+    return [*bindings, relax.VarBinding(binding.var, relax.call_tir_inplace(
+        callee, relax.Tuple([*args, *rebased]), indices, outs))]
+
+
+def _outputs_reordered(global_var, n_inputs: int, order: list, mod: tvm.IRModule, kernels_made: dict):
+    """A copy of a PrimFunc whose output parameters come in `order` (output indices)."""
+    key = (global_var.name_hint, tuple(order))
+    if key not in kernels_made:
+        func = mod[global_var]
+        params = list(func.params)
+        outputs = params[n_inputs:]
+        name = f"{global_var.name_hint}_rows_first{len(kernels_made) or ''}"
+        reordered = tir.PrimFunc(params[:n_inputs] + [outputs[k] for k in order], func.body, func.ret_type,
+                                 func.attrs)
+        if "global_symbol" in (func.attrs or {}):
+            reordered = reordered.with_attr("global_symbol", name)
+        new_var = relax.GlobalVar(name)
+        relax.expr._update_type(new_var, reordered.ty)  # noqa: SLF001 - a GlobalVar's type is set by its maker
+        kernels_made[key] = (new_var, reordered)
+    return kernels_made[key][0]

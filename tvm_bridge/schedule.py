@@ -80,6 +80,13 @@ PARALLEL_MIN_ITERATIONS = 1 << 14
 # 1.7 -> 3.2 us, into 128 x 1024 7.8 -> 11.0 us; an add of 32 x 1024 1.9 -> 1.9 us,
 # of 64 x 1024 4.4 -> 2.4 us. (A sigmoid of 64 x 256 already gains: 27 -> 15 us.)
 PARALLEL_MIN_LIGHT_ITERATIONS = 1 << 16
+# ... and below this many, summed over the nests, for nests merged row by row
+# (`_merge_row_nests`): the rows of an LSTM's forward step (13 nests of 32 x 256: every
+# gate, c, tanh(c) and h, one kernel) run in parallel, a gate's two (`-x` and its sigmoid)
+# serial. On 2 Zen 4 cores, the LSTM gradient of benchmarks/optimizer.py (T=64) took
+# ~2 ms less with the step's rows parallel; 2^14 also made rules=()'s per-gate kernels
+# of 2-4 nests parallel, and them ~1.5 ms slower.
+PARALLEL_MIN_MERGED_ITERATIONS = 1 << 16
 # Columns per task of a sum over rows ([64, 32, 1024] summed to [1024], an LSTM's bias
 # gradient, 2 Zen 5 cores): one vector (16 floats) per task read one cache line every
 # 4 KiB, 272 us; 16 vectors and 4 tasks, 43 us. [2048, 256] to [256]: 28 us with one
@@ -603,7 +610,7 @@ def schedule_reduction(sch: s_tir.Schedule, lanes_of: "VectorLanes") -> bool:
     _inline_injective(sch, injective)
     roots = _blocks_at_root(sch)
     alone = sum(not _is_injective_block(sch, block) for block in roots) == 1
-    for block in roots:
+    for block in _merge_row_nests(sch, roots, lanes_of):
         if _is_injective_block(sch, block):
             _parallel_vectorize(sch, block, lanes_of)
         else:
@@ -726,7 +733,7 @@ def schedule_elementwise(sch: s_tir.Schedule, lanes_of: "VectorLanes") -> bool:
     if not blocks or not all(_is_injective_block(sch, info.block_rv) for info in blocks):
         return False
     _inline_injective(sch, [info.block_rv for info in blocks])
-    for block in _blocks_at_root(sch):
+    for block in _merge_row_nests(sch, _blocks_at_root(sch), lanes_of):
         _parallel_vectorize(sch, block, lanes_of)
     return True
 
@@ -742,6 +749,70 @@ SCHEDULE_RULES = (
 
 
 # ---------------------------------------------------------------- shared helpers
+
+def _merge_row_nests(sch, blocks: list, lanes_of: "VectorLanes") -> list:
+    """Run consecutive elementwise nests of one shape row by row in one loop: a kernel
+    with several outputs (tvm_bridge/output_fusion.py), or keeping an intermediate too
+    large to copy into each use (a sigmoid's `-x`), made a pass over memory for each
+    nest; merged, a row of each stays in L1 between them. Each run of two or more is
+    scheduled here: the rows parallel when there is work enough, each nest's row
+    vectorized. Returns the blocks left to schedule one by one (`blocks` otherwise)."""
+    left, run = [], []
+    for block in [*blocks, None]:
+        if block is not None and _row_mergeable(sch, block, run):
+            run.append(block)
+            continue
+        if len(run) >= 2:
+            _schedule_merged_rows(sch, run, lanes_of)
+        else:
+            left += run
+        run = [block] if block is not None and _row_mergeable(sch, block, []) else []
+        if block is not None and not run:
+            left.append(block)
+    return left
+
+
+def _row_mergeable(sch, block, run: list) -> bool:
+    """Whether `block` can join `run`: an elementwise nest whose iterators are its
+    loops in order (static extents, two loops at least), that writes its output at its
+    iterators, of the run's extents, reading what the run writes only at the point it
+    writes itself, and without the forms `_parallel_vectorize` schedules specially
+    (selects of pieces, reads across rows)."""
+    if not _is_injective_block(sch, block):
+        return False
+    loops = sch.get_loops(block)
+    extents = [_extent(sch, loop) for loop in loops]
+    realize = _sblock_realize(sch, block)
+    statement = sch.get(block)
+    if len(loops) < 2 or None in extents or len(realize.iter_values) != len(loops) \
+            or not all(value.same_as(sch.get(loop).loop_var) for value, loop in zip(realize.iter_values, loops)):
+        return False
+    store = statement.body
+    iterators = [iter_var.var for iter_var in statement.iter_vars]
+    if not isinstance(store, tirx.BufferStore) or len(statement.writes) != 1 \
+            or not all(isinstance(index, tirx.Var) and index.same_as(it) for index, it in zip(store.indices, iterators)) \
+            or len(store.indices) != len(iterators):
+        return False
+    row, column = iterators[0], iterators[-1]
+    if any(_is_select(node) or _reads_across_rows(node, row, column)
+           for node in _expression_nodes(store.value, into_loads=False)):
+        return False
+    if not run:
+        return True
+    if extents != [_extent(sch, loop) for loop in sch.get_loops(run[0])]:
+        return False
+    written = [sch.get(other).writes[0].source for other in run]
+    return all(_is_pointwise_on(sch, block, buffer) for buffer in written if _reads_buffer(sch, block, buffer))
+
+
+def _schedule_merged_rows(sch, run: list, lanes_of: "VectorLanes") -> None:
+    rows = sch.merge(*[sch.get_loops(block)[0] for block in run])
+    iterations = _product([_extent(sch, loop) for loop in sch.get_loops(run[0])]) * len(run)
+    for block in run:
+        _vectorize_innermost(sch, block, lanes_of(sch.get(block).writes[0].source.dtype))
+    if iterations >= PARALLEL_MIN_MERGED_ITERATIONS:
+        sch.parallel(rows)
+
 
 class VectorLanes:
     """How many elements of a dtype fill one vector register of the target, and how

@@ -12,7 +12,12 @@ from egad.tvm_bridge.targets import resolve
 def pipeline_prim_funcs(program, target=None) -> dict:
     """The PrimFuncs of `program`'s module after egad's Relax pipeline for `target` (a
     tvm.target.Target; the host CPU by default), by name."""
+    module = pipeline_module(program, target)
+    return {gv.name_hint: func for gv, func in module.functions_items() if isinstance(func, tirx.PrimFunc)}
+
+
+def pipeline_module(program, target=None) -> tvm.IRModule:
+    """`program`'s module after egad's Relax pipeline for `target` (the host CPU by default)."""
     target = target or resolve("llvm").tvm_target
     with tvm.target.Target(target):
-        module = schedule.relax_pipeline(target)(lower(program))
-    return {gv.name_hint: func for gv, func in module.functions_items() if isinstance(func, tirx.PrimFunc)}
+        return schedule.relax_pipeline(target)(lower(program))

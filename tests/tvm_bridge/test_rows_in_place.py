@@ -17,6 +17,7 @@ from egad.ir.types import TensorType
 from egad.tvm_bridge import build, runtime
 from egad.tvm_bridge.cache import BuildCache
 from egad.tvm_bridge.rows_in_place import can_write_in_place
+from tests.tvm_bridge.kernels import pipeline_prim_funcs
 
 T, B, H = 5, 4, 16  # a row of B x H float32 is 256 bytes: written in place
 
@@ -136,6 +137,24 @@ def test_rows_of_a_symbolic_number_of_trips_including_none_and_one(fn):
 def test_rows_too_small_to_align_are_copied(monkeypatch):
     copies = copies_of_a_checked_call(monkeypatch, rows_made_and_passed_through, _inputs(width=3))
     assert copies == 2 * T  # 4 x 3 float32 rows (48 bytes) would start off 64-byte boundaries
+
+
+def a_row_made_with_a_state_by_one_kernel(W, xs, h0):
+    def step(carry, x):
+        h, s = carry
+        s_new = s + x  # a state no row is: made by the same kernel as the row that reads it
+        return (enp.tanh(h @ W + x), s_new), s_new[:, :H // 2] * 3.0  # a row of another shape
+
+    return egad.scan(step, (h0, h0), xs)
+
+
+def test_a_row_one_kernel_makes_with_other_values_is_written_in_place(monkeypatch):
+    """tvm_bridge/output_fusion.py makes s_new and the row one kernel, the row its second
+    output: the kernel's outputs are reordered so that the row it writes in place comes first."""
+    args = _inputs()
+    assert any(name.endswith("_rows_first") for name in pipeline_prim_funcs(
+        egad.trace(a_row_made_with_a_state_by_one_kernel, *args)))
+    assert copies_of_a_checked_call(monkeypatch, a_row_made_with_a_state_by_one_kernel, args) == 0
 
 
 def test_a_compiled_lstm_gradient_agrees_with_the_interpreter_with_its_rows_in_place(monkeypatch):

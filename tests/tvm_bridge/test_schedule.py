@@ -520,6 +520,46 @@ def test_elementwise_function_is_parallel_and_vectorized():
 
 
 
+def tanh_returned_and_read(x, y):
+    t = enp.tanh(x)  # an output of its own, and read by the next: one kernel with two outputs
+    return t, t * y + 1.0
+
+
+def sigmoid_of_a_sum(x, y):
+    return enn.sigmoid(x + y * 2.0)  # keeps `-(x + 2y)` in a buffer: read five times by the polynomial
+
+
+def top_level_loops(func) -> int:
+    """Loop nests directly under a PrimFunc's root block."""
+    body = func.body.block.body if hasattr(func.body, "block") else func.body
+    return len(body.seq) if isinstance(body, tvm.tirx.SeqStmt) else 1
+
+
+@pytest.mark.parametrize("fn, rows, parallel", [(tanh_returned_and_read, 32, False),
+                                                (tanh_returned_and_read, 512, True),
+                                                (sigmoid_of_a_sum, 64, False)])
+def test_elementwise_nests_of_one_shape_run_row_by_row_in_one_loop(fn, rows, parallel):
+    """Each row of every nest is made and read while in L1, not each nest over all of
+    memory in turn; the merged rows are parallel when the nests together are work enough."""
+    args = (f32(rows, 256), f32(rows, 256))
+    (func,) = [func for func in scheduled_prim_funcs(fn, *args).values()]
+    assert top_level_loops(func) == 1, func.script()
+    assert ("parallel" in loop_kinds(func)) is parallel
+    assert "vectorized" in loop_kinds(func)
+    check_against_interpreter(fn, *args)
+
+
+def nests_of_two_shapes(x, y):
+    t = enp.tanh(x)
+    return t, t[:, :128] * y  # a narrower second nest: not merged with the first
+
+
+def test_nests_of_different_shapes_or_reads_across_rows_stay_apart():
+    (func,) = scheduled_prim_funcs(nests_of_two_shapes, f32(32, 256), f32(32, 128)).values()
+    assert top_level_loops(func) == 2
+    check_against_interpreter(nests_of_two_shapes, f32(32, 256), f32(32, 128))
+    check_against_interpreter(lambda x: (enp.tanh(x), enp.tanh(x).T * 2.0), f32(64, 64))
+
 def concat_gates(a, b, c, d):
     return enp.concatenate([a, b, c, d], axis=1)
 
