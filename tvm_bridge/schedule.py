@@ -789,9 +789,9 @@ def _row_mergeable(sch, block, run: list) -> bool:
         return False
     store = statement.body
     iterators = [iter_var.var for iter_var in statement.iter_vars]
-    if not isinstance(store, tirx.BufferStore) or len(statement.writes) != 1 \
-            or not all(isinstance(index, tirx.Var) and index.same_as(it) for index, it in zip(store.indices, iterators)) \
-            or len(store.indices) != len(iterators):
+    at_iterators = isinstance(store, tirx.BufferStore) and len(store.indices) == len(iterators) and all(
+        isinstance(index, tirx.Var) and index.same_as(iterator) for index, iterator in zip(store.indices, iterators))
+    if not at_iterators or len(statement.writes) != 1:
         return False
     row, column = iterators[0], iterators[-1]
     if any(_is_select(node) or _reads_across_rows(node, row, column)
