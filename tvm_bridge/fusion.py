@@ -15,7 +15,7 @@ from tvm.relax.backend.utils import BackendDispatcher
 from tvm.relax.backend.cpu_generic import pipeline as cpu_generic
 
 from . import output_fusion
-from .relax_exprs import substitute
+from .relax_exprs import is_static_tensor, substitute
 from .tir_blocks import is_pure_read
 
 
@@ -343,6 +343,4 @@ def _static_tensors(binding) -> bool:
     fails ("VarRemapGet(source) == nullptr") on two copies of a read of a tensor of
     symbolic shape, its size passed as a PrimValue, in one fused group."""
     values = [binding.var, *binding.value.args[1].fields, *binding.value.args[2:]]
-    return all(isinstance(value, relax.Expr) and isinstance(value.ty, relax.TensorType)
-               and value.ty.shape is not None and all(isinstance(d, tirx.IntImm) for d in value.ty.shape.values)
-               for value in values)
+    return all(isinstance(value, relax.Expr) and is_static_tensor(value) for value in values)

@@ -1,8 +1,8 @@
-"""Small rewrites of Relax expressions shared by egad's Relax passes."""
+"""Small rewrites of and questions about Relax expressions, shared by egad's Relax passes."""
 from __future__ import annotations
 
 import tvm
-from tvm import relax
+from tvm import relax, tirx
 
 
 def substitute(expr, replace: dict):
@@ -27,3 +27,10 @@ def leaves_in_order(expr) -> list:
     if isinstance(expr, relax.Call):
         return [leaf for arg in expr.args for leaf in leaves_in_order(arg)]
     return []
+
+
+def is_static_tensor(expr) -> bool:
+    """Whether `expr` is a tensor whose shape is all constants."""
+    ty = expr.ty
+    return (isinstance(ty, relax.TensorType) and isinstance(ty.shape, relax.ShapeExpr)
+            and all(isinstance(d, tirx.IntImm) for d in ty.shape.values))

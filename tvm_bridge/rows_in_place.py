@@ -94,9 +94,9 @@ def _write_in_place(func: relax.Function, mod: tvm.IRModule, kernels_made: dict)
     calls = {binding.var: binding.value for block in func.body.blocks for binding in block.bindings
              if isinstance(binding, relax.VarBinding)}
     # what a kernel makes: its one output, or an output of a kernel making several (tvm_bridge/output_fusion.py)
-    kernels = {var for var, value in calls.items() if _is_kernel_call(value)}
+    kernels = {var for var, value in calls.items() if len(_kernel_outputs(value)) == 1}
     kernels |= {var for var, value in calls.items() if isinstance(value, relax.TupleGetItem)
-                and _is_kernel_call(calls.get(value.tuple_value), several=True)}
+                and len(_kernel_outputs(calls.get(value.tuple_value))) > 1}
     targets = {}  # a var a kernel makes -> (its stack, the offset it goes at); a var stacked twice: the first
     for k, row in enumerate(rows):
         if row in kernels and row not in targets:
@@ -107,21 +107,20 @@ def _write_in_place(func: relax.Function, mod: tvm.IRModule, kernels_made: dict)
             made = results[states[row]] if row in states else None
             if made in kernels and made not in targets:
                 targets[made] = (stacks[k], offsets[count + k])
-    # a kernel making several values: which of its outputs go where
+    # for each kernel call making rows: which of its outputs go where
     outputs_of = {}
-    for var, value in calls.items():
-        if var in targets and isinstance(value, relax.TupleGetItem):
-            outputs_of.setdefault(value.tuple_value, {})[value.index] = targets[var]
+    for var, target in targets.items():
+        value = calls[var]
+        if isinstance(value, relax.TupleGetItem):
+            outputs_of.setdefault(value.tuple_value, {})[value.index] = target
+        else:
+            outputs_of[var] = {0: target}
     blocks, changed = [], False
     for block in func.body.blocks:
         bindings = []
         dataflow = isinstance(block, relax.DataflowBlock)
         for binding in block.bindings:
-            target = targets.get(binding.var) if isinstance(binding, relax.VarBinding) else None
-            if target is not None and not isinstance(binding.value, relax.TupleGetItem):
-                bindings.extend(_into_stack(binding, *target, dataflow))
-                changed = True
-            elif isinstance(binding, relax.VarBinding) and binding.var in outputs_of:
+            if isinstance(binding, relax.VarBinding) and binding.var in outputs_of:
                 bindings.extend(_into_stacks(binding, outputs_of[binding.var], dataflow, mod, kernels_made))
                 changed = True
             else:
@@ -133,21 +132,17 @@ def _write_in_place(func: relax.Function, mod: tvm.IRModule, kernels_made: dict)
     return relax.Function(func.params, body, func.ret_ty, func.is_pure, func.attrs, func.span)
 
 
-def _is_kernel_call(value, several: bool = False) -> bool:
-    """A `call_tir` of one static-shaped output (`several`: of two or more) and no
-    symbolic-shape arguments."""
+def _kernel_outputs(value) -> list:
+    """The output types of a `call_tir` with no symbolic-shape arguments whose outputs
+    all have static shapes: one tensor, or a tuple of two or more; [] for any other value."""
     if not (isinstance(value, relax.Call) and value.op.same_as(_CALL_TIR) and len(value.args) == 2
             and isinstance(value.args[1], relax.Tuple)):
-        return False
+        return []
     outputs = list(value.ty_args)
-    if several:
-        outputs = list(outputs[0].fields) if len(outputs) == 1 and isinstance(outputs[0], relax.TupleType) \
-            else outputs
-        if len(outputs) < 2:
-            return False
-    elif len(outputs) != 1:
-        return False
-    return all(isinstance(out, relax.TensorType) and isinstance(out.shape, relax.ShapeExpr) for out in outputs)
+    if len(outputs) == 1 and isinstance(outputs[0], relax.TupleType):
+        outputs = list(outputs[0].fields) if len(outputs[0].fields) > 1 else []
+    static = all(isinstance(out, relax.TensorType) and isinstance(out.shape, relax.ShapeExpr) for out in outputs)
+    return outputs if static else []
 
 
 def _row_view(name: str, out, stack: relax.Var, offset, dataflow: bool) -> list:
@@ -159,32 +154,23 @@ def _row_view(name: str, out, stack: relax.Var, offset, dataflow: bool) -> list:
             relax.VarBinding(rebased, relax.op.memory.ensure_zero_offset(view))]
 
 
-def _into_stack(binding: relax.VarBinding, stack: relax.Var, offset, dataflow: bool) -> list:
-    """`row = kernel(args)` as: a view of `stack` at `offset`, re-based, and the kernel
-    writing it in place."""
-    call = binding.value
-    out = call.ty_args[0]
-    view = _row_view(binding.var.name, out, stack, offset, dataflow)
-    args = list(call.args[1].fields)
-    return [*view, relax.VarBinding(binding.var, relax.call_tir_inplace(
-        call.args[0], relax.Tuple([*args, view[-1].var]), [len(args)], out))]
-
-
 def _into_stacks(binding: relax.VarBinding, targets: dict, dataflow: bool, mod: tvm.IRModule,
                  kernels_made: dict) -> list:
-    """`values = kernel(args)` making several outputs, some of them rows (`targets`: an
-    output's index -> (its stack, its offset)), as the kernel writing those in place.
-    call_tir_inplace passes the outputs written in place as arguments and the others
-    after all arguments, so the kernel's output parameters are put in that order: those
-    written in place, then the others."""
+    """`values = kernel(args)`, some of its outputs rows (`targets`: an output's index ->
+    (its stack, its offset)), as: a view of each row's stack at its offset, re-based, and
+    the kernel writing those views in place (`call_tir_inplace`). call_tir_inplace passes
+    the outputs written in place as arguments and the others after all arguments, so a
+    kernel making several has its output parameters put in that order: those written in
+    place, then the others."""
     call = binding.value
-    outs = list(call.ty_args[0].fields) if isinstance(call.ty_args[0], relax.TupleType) else list(call.ty_args)
+    outs = _kernel_outputs(call)
     args = list(call.args[1].fields)
     in_place = sorted(targets)
     fresh = [k for k in range(len(outs)) if k not in targets]
     bindings = []
     for k in in_place:
-        bindings += _row_view(f"{binding.var.name}_{k}", outs[k], *targets[k], dataflow)
+        name = binding.var.name if len(outs) == 1 else f"{binding.var.name}_{k}"
+        bindings += _row_view(name, outs[k], *targets[k], dataflow)
     rebased = [view.var for view in bindings[1::2]]
     order = in_place + fresh
     callee = call.args[0] if order == sorted(order) else _outputs_reordered(call.args[0], len(args), order, mod,

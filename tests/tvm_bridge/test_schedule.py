@@ -519,7 +519,6 @@ def test_elementwise_function_is_parallel_and_vectorized():
     assert {"parallel", "vectorized"} <= loop_kinds(func)
 
 
-
 def tanh_returned_and_read(x, y):
     t = enp.tanh(x)  # an output of its own, and read by the next: one kernel with two outputs
     return t, t * y + 1.0
@@ -542,7 +541,7 @@ def test_elementwise_nests_of_one_shape_run_row_by_row_in_one_loop(fn, rows, par
     """Each row of every nest is made and read while in L1, not each nest over all of
     memory in turn; the merged rows are parallel when the nests together are work enough."""
     args = (f32(rows, 256), f32(rows, 256))
-    (func,) = [func for func in scheduled_prim_funcs(fn, *args).values()]
+    (func,) = scheduled_prim_funcs(fn, *args).values()
     assert top_level_loops(func) == 1, func.script()
     assert ("parallel" in loop_kinds(func)) is parallel
     assert "vectorized" in loop_kinds(func)
@@ -554,11 +553,18 @@ def nests_of_two_shapes(x, y):
     return t, t[:, :128] * y  # a narrower second nest: not merged with the first
 
 
-def test_nests_of_different_shapes_or_reads_across_rows_stay_apart():
-    (func,) = scheduled_prim_funcs(nests_of_two_shapes, f32(32, 256), f32(32, 128)).values()
+def tanh_and_its_transpose(x):
+    t = enp.tanh(x)
+    return t, t.T * 2.0  # the second nest reads the first's rows as columns: not merged
+
+
+@pytest.mark.parametrize("fn, args", [(nests_of_two_shapes, (f32(32, 256), f32(32, 128))),
+                                      (tanh_and_its_transpose, (f32(64, 64),))])
+def test_nests_of_different_shapes_or_reads_across_rows_stay_apart(fn, args):
+    (func,) = scheduled_prim_funcs(fn, *args).values()
     assert top_level_loops(func) == 2
-    check_against_interpreter(nests_of_two_shapes, f32(32, 256), f32(32, 128))
-    check_against_interpreter(lambda x: (enp.tanh(x), enp.tanh(x).T * 2.0), f32(64, 64))
+    check_against_interpreter(fn, *args)
+
 
 def concat_gates(a, b, c, d):
     return enp.concatenate([a, b, c, d], axis=1)
