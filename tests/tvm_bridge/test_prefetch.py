@@ -1,8 +1,9 @@
-"""Software prefetch in a matmul's packing loop (tvm_bridge/prefetch.py): where the
+"""Software prefetch around a matmul's packing loop (tvm_bridge/prefetch.py): where the
 pack reads a few cache lines from each of many rows it prefetches the row
-PACK_PREFETCH_ROWS ahead, within the buffer; elsewhere nothing is added; the products
-still agree with the interpreter, and LLVM emits the prefetch instructions. No timing
-here: tvm_bridge/prefetch.py cites what was measured."""
+PACK_PREFETCH_ROWS ahead, and the row tiles after it the next pack's rows, within the
+buffer; elsewhere nothing is added; the products still agree with the interpreter, and
+LLVM emits the prefetch instructions. No timing here: tvm_bridge/prefetch.py cites
+what was measured."""
 from __future__ import annotations
 
 import platform
@@ -11,6 +12,7 @@ import re
 import numpy as np
 import pytest
 import tvm
+from tvm import s_tir, tirx
 
 import egad
 from egad.tvm_bridge import build, prefetch, schedule
@@ -38,25 +40,66 @@ def prefetches(func) -> list[str]:
     return re.findall(r"T\.prefetch\(.*\)", func.script())
 
 
+def prefetches_by_loop(stmt, found=None) -> dict:
+    """{a loop's extent: the prefetches first in its body}, over a TIR statement."""
+    found = {} if found is None else found
+    if isinstance(stmt, tirx.For):
+        body = stmt.body.seq if isinstance(stmt.body, tirx.SeqStmt) else [stmt.body]
+        count = sum(1 for child in body if isinstance(child, tirx.Evaluate) and "prefetch" in str(child.value))
+        if count:
+            found[int(stmt.extent)] = count
+        prefetches_by_loop(stmt.body, found)
+    elif isinstance(stmt, tirx.SeqStmt):
+        for child in stmt.seq:
+            prefetches_by_loop(child, found)
+    elif isinstance(stmt, (s_tir.SBlockRealize, s_tir.SBlock)):
+        prefetches_by_loop(stmt.block.body if isinstance(stmt, s_tir.SBlockRealize) else stmt.body, found)
+    return found
+
+
 def host_lines_a_tile() -> int:
     """Cache lines of one float32 column tile (MATMUL_VECTORS_PER_TILE vectors)."""
     vector_bytes = schedule._vector_bits(resolve("llvm").tvm_target) // 8
     return max(schedule.MATMUL_VECTORS_PER_TILE * vector_bytes // prefetch.CACHE_LINE_BYTES, 1)
 
 
-def test_a_pack_of_many_rows_prefetches_the_rows_ahead_within_the_buffer():
-    """x.T @ delta over 512 rows of delta (a weight gradient): each column tile's pack
-    reads one tile of each of the 512 rows, and prefetches each of its cache lines
-    PACK_PREFETCH_ROWS rows ahead, the row index clamped to the last row."""
+def host_row_tile() -> int:
+    """Rows of a register tile on the host CPU (8 with AVX-512's 32 registers, else 4)."""
+    return schedule.MATMUL_ROW_TILES[32 if host_lines_a_tile() == 2 else 16][0]
+
+
+def test_a_pack_of_many_rows_prefetches_its_rows_ahead_and_the_row_tiles_the_next_packs():
+    """x.T @ delta over 512 rows of delta (a weight gradient, 128 columns of x): each
+    column tile's pack reads one tile of each of the 512 rows and prefetches each of its
+    cache lines PACK_PREFETCH_ROWS rows ahead; the row tiles computing after it prefetch
+    the next column tile's rows, 512 / (row tiles) each; every index clamped within
+    delta."""
     x, delta = f32(512, 128), f32(512, 256)
-    (func,) = pipeline_prim_funcs(egad.trace(weight_gradient, x, delta)).values()
-    found = prefetches(func)
-    assert len(found) == host_lines_a_tile()
-    for call in found:
-        assert f"+ T.int64({prefetch.PACK_PREFETCH_ROWS})" in call and "T.int64(511)" in call, call
     program = egad.trace(weight_gradient, x, delta)
+    (func,) = pipeline_prim_funcs(program).values()
+    row_tiles = 128 // host_row_tile()
+    lines = host_lines_a_tile()
+    assert prefetches_by_loop(func.body) == {512: lines, row_tiles: 512 // row_tiles * lines}
+    for call in prefetches(func):
+        assert "T.int64(511)" in call, call
+    ahead = rf"T\.min\(\w+ \+ T\.int64\({prefetch.PACK_PREFETCH_ROWS}\), T\.int64\(511\)\)"  # the pack's row + 16
+    assert sum(bool(re.search(ahead, call)) for call in prefetches(func)) == host_lines_a_tile()
     assert_trees_close(build(program, cache=BuildCache(None))(x, delta), egad.interpret(program, x, delta), 1e-4,
                        "weight gradient")
+
+
+def test_the_next_depth_panel_is_prefetched_where_the_panels_are_inside_the_column_tiles():
+    """(128 x 1024) @ (1024 x 256): A one small block, each column tile walks two depth
+    panels of 512 rows, packing each inside the panel loop; the row tiles computing with
+    one panel prefetch the next panel's rows."""
+    a, b = f32(128, 1024), f32(1024, 256)
+    program = egad.trace(projection, a, b)
+    (func,) = pipeline_prim_funcs(program).values()
+    row_tiles = 128 // host_row_tile()
+    lines = host_lines_a_tile()
+    assert prefetches_by_loop(func.body) == {512: lines, row_tiles: 512 // row_tiles * lines}
+    assert "T.int64(1023)" in prefetches(func)[-1]  # the second panel's prefetch of a third, clamped
+    assert_trees_close(build(program, cache=BuildCache(None))(a, b), egad.interpret(program, a, b), 1e-4, "a @ b")
 
 
 @pytest.mark.parametrize("fn, args, packed", [
