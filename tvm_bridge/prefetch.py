@@ -36,12 +36,11 @@ MIN_PACKED_ROWS = 4 * PACK_PREFETCH_ROWS
 MAX_LINES_A_ROW = 2
 CACHE_LINE_BYTES = 64
 _KEEP_IN_EVERY_LEVEL = 3  # llvm.prefetch's locality: prefetcht0 on x86
-_INDEX = "int64"  # the scheduled loops' variables (TVM's Relax lowering makes int64 loops)
 
 
 def prefetch_packed_rows(func: tirx.PrimFunc) -> tirx.PrimFunc:
     """`func` with each pack of many rows prefetching the rows it copies next, and the
-    row tiles computing after it prefetching the next column tile's."""
+    row tiles computing after it prefetching the next pack's."""
     prefetches = {}
     _find_packs(func.body, [], prefetches)
     if not prefetches:
@@ -89,7 +88,7 @@ def _worth_prefetching(row_loop, vector, block) -> bool:
 def _ahead_in_pack(realize, loops: list) -> tuple:
     """(the pack's row loop, prefetches of the row PACK_PREFETCH_ROWS trips ahead)."""
     vector, row_loop = loops[-1], loops[-2]
-    ahead = {row_loop.loop_var: row_loop.loop_var + tirx.const(PACK_PREFETCH_ROWS, _INDEX)}
+    ahead = {row_loop.loop_var: row_loop.loop_var + _const(PACK_PREFETCH_ROWS, row_loop.loop_var)}
     return row_loop, _row_prefetches(realize, vector, ahead)
 
 
@@ -110,10 +109,10 @@ def _next_tile_in_row_tiles(realize, loops: list) -> tuple:
     rows = int(row_loop.extent)
     per_trip = -(-rows // int(row_tiles.extent))
     statements = []
+    trip = row_tiles.loop_var
     for k in range(per_trip):
-        row = tirx.Min(row_tiles.loop_var * tirx.const(per_trip, _INDEX) + tirx.const(k, _INDEX),
-                       tirx.const(rows - 1, _INDEX))
-        next_tile = {row_loop.loop_var: row, holder.loop_var: holder.loop_var + tirx.const(1, _INDEX)}
+        row = tirx.Min(trip * _const(per_trip, trip) + _const(k, trip), _const(rows - 1, trip))
+        next_tile = {row_loop.loop_var: row, holder.loop_var: holder.loop_var + _const(1, holder.loop_var)}
         found = _row_prefetches(realize, vector, next_tile)
         if not found:
             return None, []
@@ -129,20 +128,25 @@ def _row_prefetches(realize, vector, values: dict) -> list:
     block = realize.block
     read = block.reads[0]
     bindings = {iter_var.var: value for iter_var, value in zip(block.iter_vars, realize.iter_values)}
-    values = {**values, vector.loop_var: tirx.const(0, _INDEX)}
+    values = {**values, vector.loop_var: _const(0, vector.loop_var)}
     start = [_substitute(_substitute(axis.min, bindings), values) for axis in read.region]
     if any(index is None for index in start):
         return []
     element_bytes = tvm.DataType(read.source.dtype).bits // 8
     statements = []
     for line in range(0, int(vector.extent) * element_bytes, CACHE_LINE_BYTES):
-        index = [*start[:-1], start[-1] + tirx.const(line // element_bytes, _INDEX)]
-        index = [tirx.Min(at, extent - tirx.const(1, _INDEX)) for at, extent in zip(index, read.source.shape)]
+        index = [*start[:-1], start[-1] + _const(line // element_bytes, start[-1])]
+        index = [tirx.Min(at, (extent - 1).astype(at.ty.dtype)) for at, extent in zip(index, read.source.shape)]
         address = tirx.address_of(tirx.BufferLoad(read.source, index))
         # (address, 0: a read, locality, 1: the data cache)
         statements.append(tirx.Evaluate(tirx.call_intrin("void", "tirx.prefetch", address, 0,
                                                          _KEEP_IN_EVERY_LEVEL, 1)))
     return statements
+
+
+def _const(value: int, like):
+    """An integer constant of the type of the index expression `like`."""
+    return tirx.const(value, like.ty.dtype)
 
 
 _AFFINE = (tirx.Add, tirx.Sub, tirx.Mul, tirx.FloorDiv, tirx.FloorMod, tirx.Min, tirx.Max)

@@ -219,9 +219,6 @@ def schedule_prim_func(func: tirx.PrimFunc, lanes_of: "VectorLanes") -> tirx.Pri
         sch = s_tir.Schedule(func)
         try:
             applied = rule.apply(sch, lanes_of)
-            scheduled = sch.mod["main"] if applied else None
-            if applied and rule.finish is not None:
-                scheduled = rule.finish(scheduled)
         except Exception:  # a failed schedule must not fail the build: keep the loop nest as it was
             RULE_COUNTS[f"failed:{rule.name}"] += 1
             if RAISE_RULE_ERRORS:
@@ -229,9 +226,24 @@ def schedule_prim_func(func: tirx.PrimFunc, lanes_of: "VectorLanes") -> tirx.Pri
             return None
         if applied:
             RULE_COUNTS[rule.name] += 1
+            scheduled = sch.mod["main"]
+            if rule.finish is not None:
+                scheduled = _finished(rule, scheduled)
             return scheduled.with_attrs({"tirx.is_scheduled": True, "egad.schedule_rule": rule.name})
     RULE_COUNTS["unrecognised"] += 1
     return None
+
+
+def _finished(rule: ScheduleRule, scheduled: tirx.PrimFunc) -> tirx.PrimFunc:
+    """`rule.finish(scheduled)`; `scheduled` as it is where that raised (counted in
+    RULE_COUNTS): a finishing step only refines a schedule that is complete without it."""
+    try:
+        return rule.finish(scheduled)
+    except Exception:
+        RULE_COUNTS[f"failed:{rule.name}.finish"] += 1
+        if RAISE_RULE_ERRORS:
+            raise
+        return scheduled
 
 
 def initialize_before_reducing(func: tirx.PrimFunc) -> tirx.PrimFunc | None:

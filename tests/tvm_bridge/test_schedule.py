@@ -743,6 +743,22 @@ def test_a_rule_that_raises_leaves_its_function_unscheduled_and_the_build_correc
     assert schedule.RULE_COUNTS["failed:broken"] > failures
 
 
+def test_a_finishing_step_that_raises_leaves_the_schedule_it_would_refine(monkeypatch):
+    def broken(func):
+        raise RuntimeError("broken finish")
+
+    matmul_rule = next(rule for rule in schedule.SCHEDULE_RULES if rule.name == "matmul-tiled-packed")
+    rules = tuple(schedule.ScheduleRule(rule.name, rule.apply, broken) if rule is matmul_rule else rule
+                  for rule in schedule.SCHEDULE_RULES)
+    monkeypatch.setattr(schedule, "RAISE_RULE_ERRORS", False)
+    monkeypatch.setattr(schedule, "SCHEDULE_RULES", rules)
+    failures = schedule.RULE_COUNTS["failed:matmul-tiled-packed.finish"]
+    funcs = scheduled_prim_funcs(matmul_a_transposed, f32(512, 128), f32(512, 256))
+    assert rules_applied(funcs) == {"matmul-tiled-packed"}
+    assert schedule.RULE_COUNTS["failed:matmul-tiled-packed.finish"] > failures
+    check_against_interpreter(matmul_a_transposed, f32(512, 128), f32(512, 256))
+
+
 def test_llvm_targets_get_the_cpu_pipeline_and_gpus_the_gpu_one():
     assert schedule.relax_pipeline("llvm").info.name == "egad.CPUPipeline"
     assert schedule.relax_pipeline({"kind": "cuda"}).info.name == "egad.GPUPipeline"
