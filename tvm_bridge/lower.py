@@ -22,7 +22,7 @@ from egad.ir.program import Binding, Program, Region
 from egad.ir.types import TapeType, TensorType
 
 from . import creation, elementwise, index, linalg, nn, reduction, shape  # noqa: F401 (register lowerings)
-from . import index_checks, rows_in_place
+from . import index_checks, prefetch, rows_in_place
 from .creation import filled
 from .host_checks import host_check_sites
 from .reduction import empty_reduction
@@ -93,10 +93,12 @@ class Lowering:
         rows = [v.type for v in region.results[rows_from:]] if rows_from is not None else []
         ahead = counter_step == 1
         in_place = rows_in_place.stack_params(rows, ahead) if rows_in_place.can_write_in_place(rows) else []
-        attrs = {rows_in_place.ATTR: rows_from, rows_in_place.AHEAD_ATTR: int(ahead)} if in_place else None
+        attrs = {prefetch.COUNTER_STEP_ATTR: counter_step} if counter_step else {}
+        if in_place:
+            attrs |= {rows_in_place.ATTR: rows_from, rows_in_place.AHEAD_ATTR: int(ahead)}
         if in_place:
             self.writing_rows_in_place.add(id(region))
-        with self.bb.function(name, [invoke, *params, *in_place], attrs=attrs, pure=False,
+        with self.bb.function(name, [invoke, *params, *in_place], attrs=attrs or None, pure=False,
                               private=name != "main"):
             env = {p.uid: v for p, v in zip(region.params, params)}
             pops, bindings, pushes = _tape_ops_at_the_ends(region)

@@ -1,11 +1,13 @@
-"""Software prefetch of the rows a matmul's packing loop copies (tvm_bridge/schedule.py
-packs B's panel for each column tile into a local buffer, then computes with it).
+"""Software prefetch in CPU kernels, where the hardware prefetchers fall behind: the
+rows a matmul's pack copies, and the rows a loop body's next trip reads.
 
-A pack reads one column tile of B (32 floats, two cache lines) from each row of a
-depth panel. When B has long rows (an LSTM's gradient of the gates, 2048 x 1024: a row
-is one 4 KiB page) each of those reads is on another page, where the hardware
-prefetchers stop, so the pack waits on memory for every row while the FMA units idle.
-Here, where a pack reads a few lines from each of many rows:
+**Packs** (`prefetch_packed_rows`, the matmul rule's finishing step in
+tvm_bridge/schedule.py, which packs B's panel for each column tile into a local
+buffer, then computes with it). A pack reads one column tile of B (32 floats, two cache
+lines) from each row of a depth panel. When B has long rows (an LSTM's gradient of the
+gates, 2048 x 1024: a row is one 4 KiB page) each of those reads is on another page,
+where the hardware prefetchers stop, so the pack waits on memory for every row while
+the FMA units idle. Where a pack reads a few lines from each of many rows:
 
 - while the register tiles compute with one pack, they prefetch the rows of the next
   (the next column tile's, or the next depth panel's), a share of them each row tile,
@@ -20,14 +22,25 @@ both, the LSTM's gradient (B=32, H=256, T=64), interleaved on quiet runs: 27.35,
 27.18 ms with the pack's own -> 27.01, 26.98, 26.99 with both; the products that pack
 short rows are left alone.
 
-TVM's schedule primitives cannot add a statement that is not a block, so this rewrites
-the scheduled function: `tirx.prefetch` (LLVM's llvm.prefetch) at the start of the
-loops' bodies.
+**The next trip** (`prefetch_next_trip`, a module pass after the kernels are
+scheduled): a loop body's kernels that read a stack's row at the trip's counter (an
+input projection's `P[t]`, the forward's residuals in the reverse loop) prefetch the
+row the next trip reads (t + 1, or t - 1 in a loop running in reverse: each body is
+marked with its step, COUNTER_STEP_ATTR). Those rows were written long before and come
+from memory. The LSTM's gradient, interleaved on quiet runs (ms, without -> with):
+29.44 -> 28.40, 26.74 -> 26.63, 27.96 -> 27.47, 28.62 -> 28.14; its `rules=()`
+build (tapes, not stacks) unchanged.
+
+TVM's schedule primitives cannot add a statement that is not a block, so both rewrite
+scheduled functions: `tirx.prefetch` (LLVM's llvm.prefetch) first in a loop's body,
+every index kept within its buffer.
 """
 from __future__ import annotations
 
+import collections
+
 import tvm
-from tvm import s_tir, tirx
+from tvm import relax, s_tir, tirx
 
 from .tir_blocks import moves_data
 
@@ -122,21 +135,28 @@ def _next_tile_in_row_tiles(realize, loops: list) -> tuple:
 
 def _row_prefetches(realize, vector, values: dict) -> list:
     """A prefetch of each cache line of the vector the pack reads, at `values` of its
-    loop variables (its first lane), each index within the source buffer: the last
-    rows' prefetches would point past its end, undefined to LLVM even where nothing
-    reads it. [] where an index is not plain integer arithmetic."""
+    loop variables (its first lane). [] where an index is not plain integer arithmetic."""
+    return _vector_prefetches(realize, realize.block.reads[0], vector, values)
+
+
+def _vector_prefetches(realize, read, vector, values: dict) -> list:
+    """A prefetch of each cache line of the vector a block reads from region `read`, at
+    `values` of the variables (and loads) in its index, from its first lane; each index
+    kept within the buffer: the last rows' prefetches would point past its end,
+    undefined to LLVM even where nothing reads it. [] where an index is not plain
+    integer arithmetic."""
     block = realize.block
-    read = block.reads[0]
     bindings = {iter_var.var: value for iter_var, value in zip(block.iter_vars, realize.iter_values)}
     values = {**values, vector.loop_var: _const(0, vector.loop_var)}
     start = [_substitute(_substitute(axis.min, bindings), values) for axis in read.region]
-    if any(index is None for index in start):
+    if not start or any(index is None for index in start):
         return []
     element_bytes = tvm.DataType(read.source.dtype).bits // 8
     statements = []
     for line in range(0, int(vector.extent) * element_bytes, CACHE_LINE_BYTES):
         index = [*start[:-1], start[-1] + _const(line // element_bytes, start[-1])]
-        index = [tirx.Min(at, (extent - 1).astype(at.ty.dtype)) for at, extent in zip(index, read.source.shape)]
+        index = [tirx.Min(tirx.Max(at, _const(0, at)), (extent - 1).astype(at.ty.dtype))
+                 for at, extent in zip(index, read.source.shape)]
         address = tirx.address_of(tirx.BufferLoad(read.source, index))
         # (address, 0: a read, locality, 1: the data cache)
         statements.append(tirx.Evaluate(tirx.call_intrin("void", "tirx.prefetch", address, 0,
@@ -153,11 +173,16 @@ _AFFINE = (tirx.Add, tirx.Sub, tirx.Mul, tirx.FloorDiv, tirx.FloorMod, tirx.Min,
 
 
 def _substitute(expr, values: dict):
-    """`expr` (a block's index: loop variables, constants and integer arithmetic) with
-    `values` for its variables; None for an index of another kind (no prefetch then).
-    TVM 0.27 exposes no Substitute to Python."""
+    """`expr` (a block's index: loop variables, scalar loads, constants and integer
+    arithmetic) with `values` for its variables and for the scalar loads of the buffers
+    among its keys; None for an index of another kind (no prefetch then). TVM 0.27
+    exposes no Substitute to Python."""
     if expr is None or isinstance(expr, tirx.IntImm):
         return expr
+    if isinstance(expr, tvm.ir.TensorLoad):
+        if len(expr.indices) == 0:
+            return next((value for var, value in values.items() if var.same_as(expr.source)), expr)
+        return None
     if isinstance(expr, tirx.Var):
         return next((value for var, value in values.items() if var.same_as(expr)), expr)
     if isinstance(expr, _AFFINE):
@@ -189,3 +214,142 @@ def _insert(stmt, prefetches: dict):
         return s_tir.SBlock(stmt.iter_vars, stmt.reads, stmt.writes, stmt.name_hint, body, stmt.init,
                             stmt.alloc_buffers, stmt.match_buffers, stmt.annotations)
     return stmt
+
+
+# ---------------------------------------------------------------- the next trip's rows
+
+RAISE_ERRORS = False  # tests set it: a kernel the pass fails on raises instead of going without
+FAILED: collections.Counter[str] = collections.Counter()  # kernels left without, by name
+COUNTER_STEP_ATTR = "egad.counter_step"  # on a `for` body (tvm_bridge/lower.py): +1 or -1 a trip
+_CALL_TIR = tvm.ir.Op.get("relax.call_tir")
+
+
+@tvm.transform.module_pass(opt_level=0, name="egad.PrefetchNextTrip")
+def prefetch_next_trip(mod: tvm.IRModule, _context) -> tvm.IRModule:
+    """A loop body's kernels that read rows of a stack at the trip's counter (`xs[t]`,
+    a stacked residual in the reverse loop) prefetch the row the next trip reads, as
+    they read theirs. Those rows were written long before (the input projection, the
+    forward's residuals) and come from memory; the rows of one trip, a few KiB each, are
+    read in runs the hardware prefetchers follow only once started, at every row.
+    Kernels a body calls with its counter are found from the bodies' calls; a kernel
+    called with counters that step differently is left alone."""
+    steps = _counter_arguments(mod)
+    for global_var, func in list(mod.functions_items()):
+        found = steps.get(global_var.name_hint)
+        if isinstance(func, tirx.PrimFunc) and found is not None:
+            position, step = found
+            try:
+                mod[global_var] = _prefetch_next_trip(func, func.params[position], step)
+            except Exception:  # noqa: BLE001 - a prefetch only speeds a kernel up: never fail the build for one
+                FAILED[global_var.name_hint] += 1
+                if RAISE_ERRORS:
+                    raise
+    return mod
+
+
+def _counter_arguments(mod: tvm.IRModule) -> dict:
+    """{kernel name: (the parameter a body passes its counter to, its step)} over the
+    `call_tir`s of the bodies marked with COUNTER_STEP_ATTR; a kernel called otherwise
+    too (another position or step) is left out."""
+    found, conflicting = {}, set()
+    for _, func in mod.functions_items():
+        if not (isinstance(func, relax.Function) and func.attrs is not None and COUNTER_STEP_ATTR in func.attrs):
+            continue
+        counter, step = func.params[1], int(func.attrs[COUNTER_STEP_ATTR])  # params: invoke, counter, ...
+        for block in func.body.blocks:
+            for binding in block.bindings:
+                call = binding.value
+                if not (isinstance(call, relax.Call) and call.op.same_as(_CALL_TIR)):
+                    continue
+                args = list(call.args[1].fields) if isinstance(call.args[1], relax.Tuple) else []
+                for position, arg in enumerate(args):
+                    if arg.same_as(counter):
+                        name = call.args[0].name_hint
+                        if found.setdefault(name, (position, step)) != (position, step):
+                            conflicting.add(name)
+    return {name: value for name, value in found.items() if name not in conflicting}
+
+
+def _prefetch_next_trip(func: tirx.PrimFunc, counter, step: int) -> tirx.PrimFunc:
+    """`func` with, first in the loop around each vectorized read of a buffer at an index
+    involving `counter[()]`, a prefetch of each line of that vector at `counter[()] +
+    step`: each region once, where it is first read, and only where it lies within
+    the buffer (a block of a concatenation lists every piece's read, each but its own
+    under a condition)."""
+    prefetches, regions = {}, set()
+
+    def visit(stmt, loops):
+        if isinstance(stmt, tirx.For):
+            visit(stmt.body, [*loops, stmt])
+        elif isinstance(stmt, tirx.SeqStmt):
+            for child in stmt.seq:
+                visit(child, loops)
+        elif isinstance(stmt, s_tir.SBlockRealize):
+            if len(loops) >= 2 and loops[-1].kind == tirx.ForKind.VECTORIZED:
+                for read in stmt.block.reads:
+                    if read.source.same_as(counter) or not any(_reads(axis.min, counter) for axis in read.region):
+                        continue
+                    region = _region(stmt, read, loops, counter)
+                    if region is None or region in regions:
+                        continue  # read under a condition elsewhere (a piece of a concatenation), or again
+                    regions.add(region)
+                    load = tirx.BufferLoad(counter, [])
+                    statements = _vector_prefetches(stmt, read, loops[-1], {counter: load + _const(step, load)})
+                    prefetches.setdefault(loops[-2], []).extend(statements)
+            visit(stmt.block.body, loops)
+        elif isinstance(stmt, s_tir.SBlock):
+            visit(stmt.body, loops)
+
+    visit(func.body, [])
+    prefetches = {loop: statements for loop, statements in prefetches.items() if statements}
+    return func.with_body(_insert(func.body, prefetches)) if prefetches else func
+
+
+def _region(realize, read, loops: list, counter) -> tuple | None:
+    """(buffer, the first element read, the last) for a read under `loops` (the loops
+    at their first and last trips, the counter at 0); None where the read leaves the
+    buffer there or an index or extent is not plain integer arithmetic."""
+    bindings = {iter_var.var: value for iter_var, value in zip(realize.block.iter_vars, realize.iter_values)}
+    index = [_substitute(axis.min, bindings) for axis in read.region]
+    ends = []
+    for trip in (lambda first, extent: first, lambda first, extent: first + extent - 1):
+        at = {}
+        for loop in loops:
+            first, extent = _integer(loop.min, {}), _integer(loop.extent, {})
+            if first is None or extent is None:
+                return None
+            at[loop.loop_var] = trip(first, extent)
+        ends.append([_integer(axis, {**at, counter: 0}) for axis in index])
+    shape = [_integer(extent, {}) for extent in read.source.shape]
+    if any(value is None or size is None or not 0 <= value < size
+           for end in ends for value, size in zip(end, shape)):
+        return None
+    return read.source.name, tuple(ends[0]), tuple(ends[1])
+
+
+_EVALUATED = {tirx.Add: lambda a, b: a + b, tirx.Sub: lambda a, b: a - b, tirx.Mul: lambda a, b: a * b,
+              tirx.FloorDiv: lambda a, b: a // b, tirx.FloorMod: lambda a, b: a % b, tirx.Min: min, tirx.Max: max}
+
+
+def _integer(expr, values: dict) -> int | None:
+    """The value of an integer index at `values` of its variables and scalar loads."""
+    if isinstance(expr, tirx.IntImm):
+        return int(expr.value)
+    if isinstance(expr, tvm.ir.TensorLoad) and len(expr.indices) == 0:
+        return next((value for var, value in values.items() if var.same_as(expr.source)), None)
+    if isinstance(expr, tirx.Var):
+        return next((value for var, value in values.items() if var.same_as(expr)), None)
+    evaluate = _EVALUATED.get(type(expr))
+    if evaluate is None:
+        return None
+    a, b = _integer(expr.a, values), _integer(expr.b, values)
+    return None if a is None or b is None else evaluate(a, b)
+
+
+def _reads(expr, buffer) -> bool:
+    """Whether the index `expr` loads from `buffer`."""
+    if isinstance(expr, tvm.ir.TensorLoad):
+        return expr.source.same_as(buffer)
+    if isinstance(expr, _AFFINE):
+        return _reads(expr.a, buffer) or _reads(expr.b, buffer)
+    return False

@@ -63,7 +63,7 @@ from tvm.target.codegen import target_has_features
 from tvm.tirx.analysis import undefined_vars
 
 from . import fusion, gpu, rows_in_place, vm_checks
-from .prefetch import prefetch_packed_rows
+from .prefetch import prefetch_next_trip, prefetch_packed_rows
 from .tir_blocks import moves_data, sblocks
 
 RULE_COUNTS: collections.Counter[str] = collections.Counter()
@@ -161,13 +161,15 @@ def relax_pipeline(target) -> tvm.transform.Pass | None:
     """The Relax pipeline egad builds with for `target`: TVM's default pipeline for its
     backend (cpu_generic for llvm, tvm_bridge/gpu.py's choice for GPUs) with egad's
     fusion passes, and egad's kernel scheduling after fusion (`schedule_prim_funcs` on
-    the CPU, guarded dlight rules on GPUs), loop bodies' stacked rows written in place
+    the CPU, then loop bodies' kernels prefetching their next trip's rows,
+    tvm_bridge/prefetch.py; guarded dlight rules on GPUs), loop bodies' stacked rows written in place
     (tvm_bridge/rows_in_place.py), and no parameter checks in the region functions
     (tvm_bridge/vm_checks.py); None (TVM's default) for other targets.
     Example: `tvm.compile(mod, target, relax_pipeline=relax_pipeline(target) or "default")`."""
     resolved = _as_target(target)
     if resolved.kind.name == "llvm":
-        backend, scheduling, name = cpu_generic, schedule_prim_funcs(resolved), "egad.CPUPipeline"
+        scheduling = tvm.transform.Sequential([schedule_prim_funcs(resolved), prefetch_next_trip])
+        backend, name = cpu_generic, "egad.CPUPipeline"
     elif BackendDispatcher.is_gpu_target(resolved):  # "gpu" among its keys, as TVM decides
         backend, scheduling, name = gpu.backend(resolved), gpu.schedule_kernels(), "egad.GPUPipeline"
     else:

@@ -15,6 +15,7 @@ import tvm
 from tvm import s_tir, tirx
 
 import egad
+import egad.numpy as enp
 from egad.tvm_bridge import build, prefetch, schedule
 from egad.tvm_bridge.cache import BuildCache
 from egad.tvm_bridge.targets import resolve
@@ -82,7 +83,7 @@ def test_a_pack_of_many_rows_prefetches_its_rows_ahead_and_the_row_tiles_the_nex
     assert prefetches_by_loop(func.body) == {512: lines, row_tiles: 512 // row_tiles * lines}
     for call in prefetches(func):
         assert "T.int64(511)" in call, call
-    ahead = rf"T\.min\(\w+ \+ T\.int64\({prefetch.PACK_PREFETCH_ROWS}\), T\.int64\(511\)\)"  # the pack's row + 16
+    ahead = rf"T\.max\(\w+ \+ T\.int64\({prefetch.PACK_PREFETCH_ROWS}\), T\.int64\(0\)\), T\.int64\(511\)\)"  # row + 16
     assert sum(bool(re.search(ahead, call)) for call in prefetches(func)) == host_lines_a_tile()
     assert_trees_close(build(program, cache=BuildCache(None))(x, delta), egad.interpret(program, x, delta), 1e-4,
                        "weight gradient")
@@ -119,3 +120,64 @@ def test_llvm_emits_the_prefetch_instructions():
     module = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target=target)
     assembly = module.mod.inspect_source("asm") if hasattr(module, "mod") else module.inspect_source("asm")
     assert "prefetcht0" in assembly
+
+
+# ---------------------------------------------------------------- the next trip's rows
+
+def rnn_both_ways(W, xs, h0, back_steps=8):
+    """An RNN over xs forward, then another backward (a reversed scan) over its first
+    `back_steps` rows: a stack of another shape, so a kernel of its own reads its rows
+    (over all of xs, both loops read theirs with one kernel)."""
+    def step(h, x):
+        h = enp.tanh(x + h @ W)
+        return h, h
+
+    forward, _ = egad.scan(step, h0, xs)
+    backward, _ = egad.scan(step, forward, xs[:back_steps], reverse=True)
+    return enp.sum(backward ** 2)
+
+
+RNN_ARGS = (f32(64, 64) / 8, f32(16, 32, 64), f32(32, 64))
+
+
+def counter_prefetches(funcs: dict) -> dict:
+    """{kernel name: the steps its prefetches take the counter by}, over kernels with any."""
+    found = {}
+    for name, func in funcs.items():
+        steps = set(re.findall(r"T\.prefetch\(.*?i\w*\[\(\)\] \+ T\.int64\((-?\d+)\)", func.script()))
+        if steps:
+            found[name] = {int(step) for step in steps}
+    return found
+
+
+def test_a_loop_body_prefetches_the_rows_its_next_trip_reads():
+    """A loop running forward reads xs[t] and prefetches xs[t + 1]; one running in
+    reverse reads xs[t] and prefetches xs[t - 1]. The results agree with the
+    interpreter."""
+    program = egad.trace(rnn_both_ways, *RNN_ARGS)
+    steps = counter_prefetches(pipeline_prim_funcs(program))
+    assert {1} in steps.values() and {-1} in steps.values(), steps
+    assert_trees_close(build(program, cache=BuildCache(None))(*RNN_ARGS), egad.interpret(program, *RNN_ARGS), 1e-4,
+                       "rnn both ways")
+
+
+def test_a_kernel_both_loops_call_prefetches_neither_way():
+    """The same step both ways: both bodies read xs[t] with one kernel, which the two
+    loops step through in opposite directions."""
+    program = egad.trace(lambda W, xs, h0: rnn_both_ways(W, xs, h0, back_steps=len(xs)), *RNN_ARGS)
+    assert not counter_prefetches(pipeline_prim_funcs(program))
+    assert_trees_close(build(program, cache=BuildCache(None))(*RNN_ARGS), egad.interpret(program, *RNN_ARGS), 1e-4,
+                       "the same step both ways")
+
+
+def test_a_kernel_the_prefetch_fails_on_goes_without_and_the_build_stands(monkeypatch):
+    def broken(func, counter, step):
+        raise RuntimeError("broken prefetch")
+
+    monkeypatch.setattr(prefetch, "_prefetch_next_trip", broken)
+    failed = sum(prefetch.FAILED.values())
+    program = egad.trace(rnn_both_ways, *RNN_ARGS)
+    assert not counter_prefetches(pipeline_prim_funcs(program))
+    assert sum(prefetch.FAILED.values()) > failed
+    assert_trees_close(build(program, cache=BuildCache(None))(*RNN_ARGS), egad.interpret(program, *RNN_ARGS), 1e-4,
+                       "rnn both ways")
