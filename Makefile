@@ -58,6 +58,7 @@ bench: $(STAMP) $(PEERS_STAMP)
 	$(BIN)/python -m benchmarks.memory
 	$(BIN)/python -m benchmarks.compile_time
 	$(BIN)/python -m benchmarks.cpu_kernels
+	$(BIN)/python -m benchmarks.lstm_products
 	$(BIN)/python -m benchmarks.calibrate
 	$(BIN)/python -m benchmarks.optimizer
 	$(BIN)/python -m benchmarks.suite

@@ -73,7 +73,7 @@ def _find_packs(stmt, loops: list, prefetches: dict) -> None:
         if _is_pack(stmt.block, loops):
             for loop, statements in (_ahead_in_pack(stmt, loops), _next_tile_in_row_tiles(stmt, loops)):
                 if statements:
-                    prefetches[loop] = statements
+                    prefetches.setdefault(loop, []).extend(statements)
         else:
             _find_packs(stmt.block.body, loops, prefetches)
     elif isinstance(stmt, s_tir.SBlock):
@@ -102,7 +102,7 @@ def _ahead_in_pack(realize, loops: list) -> tuple:
     """(the pack's row loop, prefetches of the row PACK_PREFETCH_ROWS trips ahead)."""
     vector, row_loop = loops[-1], loops[-2]
     ahead = {row_loop.loop_var: row_loop.loop_var + _const(PACK_PREFETCH_ROWS, row_loop.loop_var)}
-    return row_loop, _row_prefetches(realize, vector, ahead)
+    return row_loop, _vector_prefetches(realize, realize.block.reads[0], vector, ahead)
 
 
 def _next_tile_in_row_tiles(realize, loops: list) -> tuple:
@@ -126,17 +126,11 @@ def _next_tile_in_row_tiles(realize, loops: list) -> tuple:
     for k in range(per_trip):
         row = tirx.Min(trip * _const(per_trip, trip) + _const(k, trip), _const(rows - 1, trip))
         next_tile = {row_loop.loop_var: row, holder.loop_var: holder.loop_var + _const(1, holder.loop_var)}
-        found = _row_prefetches(realize, vector, next_tile)
+        found = _vector_prefetches(realize, realize.block.reads[0], vector, next_tile)
         if not found:
             return None, []
         statements += found
     return row_tiles, statements
-
-
-def _row_prefetches(realize, vector, values: dict) -> list:
-    """A prefetch of each cache line of the vector the pack reads, at `values` of its
-    loop variables (its first lane). [] where an index is not plain integer arithmetic."""
-    return _vector_prefetches(realize, realize.block.reads[0], vector, values)
 
 
 def _vector_prefetches(realize, read, vector, values: dict) -> list:
@@ -218,7 +212,7 @@ def _insert(stmt, prefetches: dict):
 
 # ---------------------------------------------------------------- the next trip's rows
 
-RAISE_ERRORS = False  # tests set it: a kernel the pass fails on raises instead of going without
+RAISE_ERRORS = False  # tests set it: a kernel the pass fails on raises, instead of going without
 FAILED: collections.Counter[str] = collections.Counter()  # kernels left without, by name
 COUNTER_STEP_ATTR = "egad.counter_step"  # on a `for` body (tvm_bridge/lower.py): +1 or -1 a trip
 _CALL_TIR = tvm.ir.Op.get("relax.call_tir")
