@@ -93,10 +93,9 @@ class Lowering:
         rows = [v.type for v in region.results[rows_from:]] if rows_from is not None else []
         ahead = counter_step == 1
         in_place = rows_in_place.stack_params(rows, ahead) if rows_in_place.can_write_in_place(rows) else []
-        attrs = {prefetch.COUNTER_STEP_ATTR: counter_step} if counter_step else {}
+        attrs = {prefetch.COUNTER_STEP_ATTR: counter_step} if counter_step else {}  # for prefetch_next_trip
         if in_place:
             attrs |= {rows_in_place.ATTR: rows_from, rows_in_place.AHEAD_ATTR: int(ahead)}
-        if in_place:
             self.writing_rows_in_place.add(id(region))
         with self.bb.function(name, [invoke, *params, *in_place], attrs=attrs or None, pure=False,
                               private=name != "main"):

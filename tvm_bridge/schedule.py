@@ -162,8 +162,8 @@ def relax_pipeline(target) -> tvm.transform.Pass | None:
     backend (cpu_generic for llvm, tvm_bridge/gpu.py's choice for GPUs) with egad's
     fusion passes, and egad's kernel scheduling after fusion (`schedule_prim_funcs` on
     the CPU, then loop bodies' kernels prefetching their next trip's rows,
-    tvm_bridge/prefetch.py; guarded dlight rules on GPUs), loop bodies' stacked rows written in place
-    (tvm_bridge/rows_in_place.py), and no parameter checks in the region functions
+    tvm_bridge/prefetch.py; guarded dlight rules on GPUs), loop bodies' stacked rows
+    written in place (tvm_bridge/rows_in_place.py), and no parameter checks in the region functions
     (tvm_bridge/vm_checks.py); None (TVM's default) for other targets.
     Example: `tvm.compile(mod, target, relax_pipeline=relax_pipeline(target) or "default")`."""
     resolved = _as_target(target)
@@ -241,7 +241,7 @@ def _finished(rule: ScheduleRule, scheduled: tirx.PrimFunc) -> tirx.PrimFunc:
     RULE_COUNTS): a finishing step only refines a schedule that is complete without it."""
     try:
         return rule.finish(scheduled)
-    except Exception:
+    except Exception:  # noqa: BLE001 - as for a rule: never fail the build for a refinement
         RULE_COUNTS[f"failed:{rule.name}.finish"] += 1
         if RAISE_RULE_ERRORS:
             raise
