@@ -55,29 +55,27 @@ def prefetch_packed_rows(func: tirx.PrimFunc) -> tirx.PrimFunc:
     """`func` with each pack of many rows prefetching the rows it copies next, and the
     row tiles computing after it prefetching the next pack's."""
     prefetches = {}
-    _find_packs(func.body, [], prefetches)
-    if not prefetches:
-        return func
-    return func.with_body(_insert(func.body, prefetches))
-
-
-def _find_packs(stmt, loops: list, prefetches: dict) -> None:
-    """Record, for the loops of each pack worth it, the prefetches to put first in
-    their bodies."""
-    if isinstance(stmt, tirx.For):
-        _find_packs(stmt.body, [*loops, stmt], prefetches)
-    elif isinstance(stmt, tirx.SeqStmt):
-        for child in stmt.seq:
-            _find_packs(child, loops, prefetches)
-    elif isinstance(stmt, s_tir.SBlockRealize):
-        if _is_pack(stmt.block, loops):
-            for loop, statements in (_ahead_in_pack(stmt, loops), _next_tile_in_row_tiles(stmt, loops)):
+    for realize, loops in _realizes(func.body):
+        if _is_pack(realize.block, loops):
+            for loop, statements in (_ahead_in_pack(realize, loops), _next_tile_in_row_tiles(realize, loops)):
                 if statements:
                     prefetches.setdefault(loop, []).extend(statements)
-        else:
-            _find_packs(stmt.block.body, loops, prefetches)
+    return func.with_body(_insert(func.body, prefetches)) if prefetches else func
+
+
+def _realizes(stmt, loops: list = ()):
+    """(each block realize in `stmt`, the loops around it, outermost first), through
+    loops, sequences and blocks (no other statement holds a scheduled kernel's blocks)."""
+    if isinstance(stmt, tirx.For):
+        yield from _realizes(stmt.body, [*loops, stmt])
+    elif isinstance(stmt, tirx.SeqStmt):
+        for child in stmt.seq:
+            yield from _realizes(child, loops)
+    elif isinstance(stmt, s_tir.SBlockRealize):
+        yield stmt, list(loops)
+        yield from _realizes(stmt.block.body, loops)
     elif isinstance(stmt, s_tir.SBlock):
-        _find_packs(stmt.body, loops, prefetches)
+        yield from _realizes(stmt.body, loops)
 
 
 def _is_pack(block, loops: list) -> bool:
@@ -139,10 +137,8 @@ def _vector_prefetches(realize, read, vector, values: dict) -> list:
     kept within the buffer: the last rows' prefetches would point past its end,
     undefined to LLVM even where nothing reads it. [] where an index is not plain
     integer arithmetic."""
-    block = realize.block
-    bindings = {iter_var.var: value for iter_var, value in zip(block.iter_vars, realize.iter_values)}
     values = {**values, vector.loop_var: _const(0, vector.loop_var)}
-    start = [_substitute(_substitute(axis.min, bindings), values) for axis in read.region]
+    start = [_substitute(_substitute(axis.min, _bindings(realize)), values) for axis in read.region]
     if not start or any(index is None for index in start):
         return []
     element_bytes = tvm.DataType(read.source.dtype).bits // 8
@@ -158,12 +154,20 @@ def _vector_prefetches(realize, read, vector, values: dict) -> list:
     return statements
 
 
+def _bindings(realize) -> dict:
+    """{a block's iteration variable: what the realize binds it to}."""
+    return {iter_var.var: value for iter_var, value in zip(realize.block.iter_vars, realize.iter_values)}
+
+
 def _const(value: int, like):
     """An integer constant of the type of the index expression `like`."""
     return tirx.const(value, like.ty.dtype)
 
 
-_AFFINE = (tirx.Add, tirx.Sub, tirx.Mul, tirx.FloorDiv, tirx.FloorMod, tirx.Min, tirx.Max)
+# the integer arithmetic of indices, and what each computes (`_integer`)
+_EVALUATED = {tirx.Add: lambda a, b: a + b, tirx.Sub: lambda a, b: a - b, tirx.Mul: lambda a, b: a * b,
+              tirx.FloorDiv: lambda a, b: a // b, tirx.FloorMod: lambda a, b: a % b, tirx.Min: min, tirx.Max: max}
+_AFFINE = tuple(_EVALUATED)
 
 
 def _substitute(expr, values: dict):
@@ -271,30 +275,19 @@ def _prefetch_next_trip(func: tirx.PrimFunc, counter, step: int) -> tirx.PrimFun
     the buffer (a block of a concatenation lists every piece's read, each but its own
     under a condition)."""
     prefetches, regions = {}, set()
-
-    def visit(stmt, loops):
-        if isinstance(stmt, tirx.For):
-            visit(stmt.body, [*loops, stmt])
-        elif isinstance(stmt, tirx.SeqStmt):
-            for child in stmt.seq:
-                visit(child, loops)
-        elif isinstance(stmt, s_tir.SBlockRealize):
-            if len(loops) >= 2 and loops[-1].kind == tirx.ForKind.VECTORIZED:
-                for read in stmt.block.reads:
-                    if read.source.same_as(counter) or not any(_reads(axis.min, counter) for axis in read.region):
-                        continue
-                    region = _region(stmt, read, loops, counter)
-                    if region is None or region in regions:
-                        continue  # read under a condition elsewhere (a piece of a concatenation), or again
-                    regions.add(region)
-                    load = tirx.BufferLoad(counter, [])
-                    statements = _vector_prefetches(stmt, read, loops[-1], {counter: load + _const(step, load)})
-                    prefetches.setdefault(loops[-2], []).extend(statements)
-            visit(stmt.block.body, loops)
-        elif isinstance(stmt, s_tir.SBlock):
-            visit(stmt.body, loops)
-
-    visit(func.body, [])
+    for realize, loops in _realizes(func.body):
+        if len(loops) < 2 or loops[-1].kind != tirx.ForKind.VECTORIZED:
+            continue
+        for read in realize.block.reads:
+            if read.source.same_as(counter) or not any(_reads(axis.min, counter) for axis in read.region):
+                continue
+            region = _region(realize, read, loops, counter)
+            if region is None or region in regions:
+                continue  # read under a condition elsewhere (a piece of a concatenation), or again
+            regions.add(region)
+            load = tirx.BufferLoad(counter, [])
+            statements = _vector_prefetches(realize, read, loops[-1], {counter: load + _const(step, load)})
+            prefetches.setdefault(loops[-2], []).extend(statements)
     prefetches = {loop: statements for loop, statements in prefetches.items() if statements}
     return func.with_body(_insert(func.body, prefetches)) if prefetches else func
 
@@ -303,8 +296,7 @@ def _region(realize, read, loops: list, counter) -> tuple | None:
     """(buffer, the first element read, the last) for a read under `loops` (the loops
     at their first and last trips, the counter at 0); None where the read leaves the
     buffer there or an index or extent is not plain integer arithmetic."""
-    bindings = {iter_var.var: value for iter_var, value in zip(realize.block.iter_vars, realize.iter_values)}
-    index = [_substitute(axis.min, bindings) for axis in read.region]
+    index = [_substitute(axis.min, _bindings(realize)) for axis in read.region]
     ends = []
     for trip in (lambda first, extent: first, lambda first, extent: first + extent - 1):
         at = {}
@@ -319,10 +311,6 @@ def _region(realize, read, loops: list, counter) -> tuple | None:
            for end in ends for value, size in zip(end, shape)):
         return None
     return read.source.name, tuple(ends[0]), tuple(ends[1])
-
-
-_EVALUATED = {tirx.Add: lambda a, b: a + b, tirx.Sub: lambda a, b: a - b, tirx.Mul: lambda a, b: a * b,
-              tirx.FloorDiv: lambda a, b: a // b, tirx.FloorMod: lambda a, b: a % b, tirx.Min: min, tirx.Max: max}
 
 
 def _integer(expr, values: dict) -> int | None:

@@ -76,6 +76,14 @@ def host_row_tile() -> int:
     return schedule.MATMUL_ROW_TILES[32 if host_lines_a_tile() == 2 else 16][0]
 
 
+def assert_each_pack_and_its_row_tiles_prefetch(func, rows: int = 128, packed_rows: int = 512):
+    """Each pack of `packed_rows` prefetches one row per trip, each of its row tiles (over
+    `rows` rows of A) an equal share of the next pack's rows: a prefetch a cache line."""
+    row_tiles = rows // host_row_tile()
+    lines = host_lines_a_tile()
+    assert prefetches_by_loop(func.body) == {packed_rows: lines, row_tiles: packed_rows // row_tiles * lines}
+
+
 def test_a_pack_of_many_rows_prefetches_its_rows_ahead_and_the_row_tiles_the_next_packs():
     """x.T @ delta over 512 rows of delta (a weight gradient, 128 columns of x): each
     column tile's pack reads one tile of each of the 512 rows and prefetches each of its
@@ -85,9 +93,7 @@ def test_a_pack_of_many_rows_prefetches_its_rows_ahead_and_the_row_tiles_the_nex
     x, delta = f32(512, 128), f32(512, 256)
     program = egad.trace(weight_gradient, x, delta)
     (func,) = pipeline_prim_funcs(program).values()
-    row_tiles = 128 // host_row_tile()
-    lines = host_lines_a_tile()
-    assert prefetches_by_loop(func.body) == {512: lines, row_tiles: 512 // row_tiles * lines}
+    assert_each_pack_and_its_row_tiles_prefetch(func)
     for call in prefetches(func):
         assert "T.int64(511)" in call, call
     ahead = rf"T\.max\(\w+ \+ T\.int64\({prefetch.PACK_PREFETCH_ROWS}\), T\.int64\(0\)\), T\.int64\(511\)\)"  # row + 16
@@ -103,9 +109,7 @@ def test_the_next_depth_panel_is_prefetched_where_the_panels_are_inside_the_colu
     a, b = f32(128, 1024), f32(1024, 256)
     program = egad.trace(projection, a, b)
     (func,) = pipeline_prim_funcs(program).values()
-    row_tiles = 128 // host_row_tile()
-    lines = host_lines_a_tile()
-    assert prefetches_by_loop(func.body) == {512: lines, row_tiles: 512 // row_tiles * lines}
+    assert_each_pack_and_its_row_tiles_prefetch(func)
     assert "T.int64(1023)" in prefetches(func)[-1]  # the second panel's prefetch of a third, clamped
     assert_trees_close(build(program, cache=BuildCache(None))(a, b), egad.interpret(program, a, b), 1e-4, "a @ b")
 
