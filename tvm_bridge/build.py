@@ -19,7 +19,7 @@ from egad.interp import _flatten_arguments
 from egad.ir.program import Program, walk_bindings
 from egad.pytree import flatten, unflatten
 
-from . import host_checks, index_checks, runtime, schedule
+from . import host_checks, index_checks, pack_weights, runtime, schedule
 from .cache import BuildCache, Entry, cache_key, shared_cache
 from .lower import lower
 from .profile import Profile, Recorder, measure
@@ -306,6 +306,9 @@ def _unsupported_dtype(program: Program, target: ResolvedTarget) -> UnsupportedE
 
 def _lower(program: Program, target: ResolvedTarget):
     try:
+        if target.is_cpu:
+            program = pack_weights.pack_loop_invariant_operands(
+                program, lambda dtype: schedule.matmul_column_tile(target.tvm_target, dtype))
         return lower(program, checks_in_kernels=target.is_cpu)
     except EgadError:
         raise

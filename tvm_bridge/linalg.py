@@ -9,7 +9,8 @@ way, as for a `matmul` of a transpose), so that egad's tiled matmul schedule
 TVM's generic einsum is a plain loop nest. Reshapes take the operands' shapes as
 Relax shape expressions, so symbolic dims (a trip count T) work. Anything else (a
 letter summed within one operand, repeated letters, broadcast dims, three operands)
-stays `R.einsum`.
+stays `R.einsum`. The einsum 'ik,jkc->ijc' of a right operand packed column tile by
+column tile (tvm_bridge/pack_weights.py) is one contraction reading it in place.
 """
 from __future__ import annotations
 
@@ -86,11 +87,30 @@ def _same_batch(a, b, a_transposed: bool, b_transposed: bool) -> bool:
 @lowers("einsum")
 def _einsum(bb, args, attrs, binding):
     terms, output = parse_einsum(attrs["spec"], [v.type.ndim for v in binding.inputs])
+    if _is_packed_product(terms, output):
+        return bb.emit_te(_packed_product, *args, primfunc_name_hint="matmul_packed")
     if len(args) == 2:
         product = _einsum_as_matmul(bb, args, terms, output, [v.type for v in binding.inputs])
         if product is not None:
             return product
     return relax.op.einsum(args, ",".join(terms) + "->" + output)
+
+
+def _is_packed_product(terms, output) -> bool:
+    """'ik,jkc->ijc' in any letters: rows x depth times a right operand packed as
+    [column tiles, depth, columns of a tile]."""
+    if len(terms) != 2 or len(terms[0]) != 2 or len(terms[1]) != 3 or len(set("".join(terms))) != 4:
+        return False
+    (i, k), (j, k2, c) = terms
+    return k == k2 and output == i + j + c
+
+
+def _packed_product(a, packed):
+    """C[i, j, c] = sum_k A[i, k] * P[j, k, c]: a contraction whose columns are (j, c),
+    each column tile's panel of P contiguous."""
+    depth = te.reduce_axis((0, a.shape[1]), name="k")
+    return te.compute((a.shape[0], packed.shape[0], packed.shape[2]),
+                      lambda i, j, c: te.sum(a[i, depth] * packed[j, depth, c], axis=depth), name="matmul_packed")
 
 
 def _einsum_as_matmul(bb, args, terms, output, types):

@@ -1239,6 +1239,13 @@ def _is_scheduled(func: tirx.PrimFunc) -> bool:
     return func.attrs is not None and bool(func.attrs.get("tirx.is_scheduled", False))
 
 
+def matmul_column_tile(target, dtype) -> int:
+    """Columns of the matmul micro-kernel's register tile on `target` (an llvm target)
+    for `dtype`: MATMUL_VECTORS_PER_TILE vectors (tvm_bridge/pack_weights.py packs
+    loop-invariant operands in tiles of this width)."""
+    return VectorLanes(_vector_bits(_as_target(target)))(dtype) * MATMUL_VECTORS_PER_TILE
+
+
 def _vector_bits(target) -> int:
     with target:
         if target_has_features("avx512f"):

@@ -1,0 +1,161 @@
+"""Loop-invariant matmul operands packed before their loops (tvm_bridge/pack_weights.py):
+which products are packed and which are not, that the rewritten program is well formed
+and computes what the original does (both interpreted), that the packed einsum lowers
+to one contraction the matmul schedule tiles, and that built programs, forward and
+reverse loops and gradients included, agree with the interpreter. No timing here: the
+module cites what was measured."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import egad
+import egad.numpy as enp
+from egad.ir.program import walk_bindings
+from egad.ir.verify import verify
+from egad.tvm_bridge import build, schedule
+from egad.tvm_bridge.cache import BuildCache
+from egad.tvm_bridge.pack_weights import PACKED_SPEC, pack_loop_invariant_operands
+from egad.tvm_bridge.targets import resolve
+from tests.trees import assert_trees_close
+from tests.tvm_bridge.kernels import pipeline_prim_funcs
+
+RNG = np.random.default_rng(0)
+TILE = 16  # the column tile the tests pack with (AVX2's for float32)
+
+
+def f32(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def tile_of(dtype) -> int:
+    return TILE
+
+
+def rnn(U, W, xs, h0):
+    return egad.fori_loop(0, xs.shape[0], lambda t, h: enp.tanh(xs[t] @ W + h @ U), h0)
+
+
+def rnn_args(T=4, B=3, I=32, H=48):
+    return f32(H, H) * 0.2, f32(I, H) * 0.2, f32(T, B, I), f32(B, H)
+
+
+def packed(program):
+    return pack_loop_invariant_operands(program, tile_of)
+
+
+def packed_products(program) -> list:
+    return [b for b in walk_bindings(program.region) if b.op == "einsum" and b.attrs["spec"] == PACKED_SPEC]
+
+
+def loop_of(program):
+    return next(b for b in program.region.bindings if b.op == "for")
+
+
+def assert_same_when_interpreted(program, args):
+    rewritten = verify(packed(program))
+    assert_trees_close(egad.interpret(rewritten, *args), egad.interpret(program, *args), rtol=1e-5, atol=1e-5)
+    return rewritten
+
+
+def test_an_rnn_step_reads_both_weights_packed_and_computes_the_same():
+    args = rnn_args()
+    program = egad.trace(rnn, *args)
+    rewritten = assert_same_when_interpreted(program, args)
+    assert len(packed_products(rewritten)) == 2
+    assert not any(b.op == "matmul" for b in walk_bindings(loop_of(rewritten).regions[0]))
+    # the packs run before the loop, once, and the loop takes them instead of the weights
+    before = [b.op for b in rewritten.region.bindings[:rewritten.region.bindings.index(loop_of(rewritten))]]
+    assert before.count("transpose") == 2 and before.count("reshape") == 2
+    assert len(loop_of(rewritten).inputs) == len(loop_of(program).inputs)
+    assert sorted(p.type.shape for p in loop_of(rewritten).regions[0].params[2:]) == [
+        (3, 32, TILE), (3, 48, TILE), (4, 3, 32)]  # W [32, 48] and U [48, 48] packed, xs as it was
+
+
+def test_the_original_program_is_left_as_it_was():
+    args = rnn_args()
+    program = egad.trace(rnn, *args)
+    text = str(program)
+    packed(program)
+    assert str(program) == text
+
+
+def test_a_weight_other_ops_also_read_stays_and_its_packed_copy_comes_after():
+    def step_reading_w(U, xs, h0):
+        return egad.fori_loop(0, xs.shape[0], lambda t, h: enp.tanh(h @ U) + enp.sum(U) * xs[t], h0)
+
+    args = (f32(32, 32) * 0.2, f32(3, 2, 32), f32(2, 32))
+    program = egad.trace(step_reading_w, *args)
+    rewritten = assert_same_when_interpreted(program, args)
+    assert len(packed_products(rewritten)) == 1
+    assert len(loop_of(rewritten).inputs) == len(loop_of(program).inputs) + 1
+
+
+@pytest.mark.parametrize("why, fn, args", [
+    ("one column tile", lambda U, h0: egad.fori_loop(0, 3, lambda t, h: enp.tanh(h @ U), h0),
+     (f32(16, 16), f32(2, 16))),
+    ("columns the tile does not divide", lambda U, h0: egad.fori_loop(0, 3, lambda t, h: enp.tanh(h @ U), h0),
+     (f32(40, 40), f32(2, 40))),
+    ("a weight the loop carries", lambda U, h0: egad.fori_loop(
+        0, 3, lambda t, c: (enp.tanh(c[1] @ c[0]), c[0] * 0.5)[::-1], (U, h0)),
+     (f32(32, 32), f32(32, 32))),
+    ("the invariant on the left", lambda U, h0: egad.fori_loop(0, 3, lambda t, h: enp.tanh(U @ h), h0),
+     (f32(32, 32), f32(32, 32))),
+    ("a batched product", lambda U, h0: egad.fori_loop(0, 3, lambda t, h: enp.tanh(h @ U), h0),
+     (f32(2, 32, 32), f32(2, 4, 32))),
+    ("no loop", lambda U, h0: enp.tanh(h0 @ U), (f32(32, 32), f32(2, 32))),
+])
+def test_left_alone(why, fn, args):
+    program = egad.trace(fn, *args)
+    assert packed(program) is program, why
+
+
+def test_a_loop_in_a_loop_packs_in_the_outer_body():
+    def nested(U, xs, h0):
+        def outer(s, h):
+            return egad.fori_loop(0, xs.shape[1], lambda t, g: enp.tanh(xs[s, t] + g @ U), h)
+        return egad.fori_loop(0, xs.shape[0], outer, h0)
+
+    args = (f32(32, 32) * 0.2, f32(2, 3, 2, 32), f32(2, 32))
+    program = egad.trace(nested, *args)
+    rewritten = assert_same_when_interpreted(program, args)
+    (product,) = packed_products(rewritten)
+    outer_body = loop_of(rewritten).regions[0]
+    assert [b.op for b in outer_body.bindings].count("transpose") == 1
+
+
+def test_the_packed_einsum_is_one_contraction_the_matmul_schedule_tiles():
+    a, p = f32(8, 64), f32(4, 64, TILE)
+    program = egad.trace(lambda a, p: enp.einsum(PACKED_SPEC, a, p), a, p)
+    funcs = pipeline_prim_funcs(program)
+    (name,) = [name for name in funcs if "matmul_packed" in name]
+    assert funcs[name].attrs["egad.schedule_rule"] == "matmul-tiled-packed"
+    assert not any("transpose" in name for name in funcs)
+    np.testing.assert_allclose(build(program, cache=BuildCache(None))(a, p), np.einsum(PACKED_SPEC, a, p),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_an_rnn_gradient_built_agrees_with_the_interpreter():
+    args = rnn_args(T=5, B=4, I=32, H=64)
+
+    def loss(U, W, xs, h0):
+        return enp.sum(rnn(U, W, xs, h0) ** 2)
+
+    program = egad.value_and_grad(egad.trace(loss, *args), wrt=(0, 1))
+    rewritten = packed(program)
+    assert len(packed_products(rewritten)) >= 2  # the forward loop's, and the reverse loop's W^T products
+    compiled = build(program, cache=BuildCache(None))
+    assert_trees_close(compiled(*args), egad.interpret(program, *args), rtol=1e-4, atol=1e-4)
+
+
+def test_the_build_packs_with_the_schedules_column_tile():
+    target = resolve("llvm").tvm_target
+    tile = schedule.matmul_column_tile(target, "float32")
+    assert tile == 2 * schedule.VectorLanes(schedule._vector_bits(target))("float32")
+    args = rnn_args(T=3, B=2, I=2 * tile, H=2 * tile)
+    program = egad.trace(rnn, *args)
+    funcs = pipeline_prim_funcs(pack_loop_invariant_operands(
+        program, lambda dtype: schedule.matmul_column_tile(target, dtype)))
+    assert sum("matmul_packed" in name for name in funcs) >= 1
+    assert_trees_close(build(program, cache=BuildCache(None))(*args), egad.interpret(program, *args),
+                       rtol=1e-5, atol=1e-5)
