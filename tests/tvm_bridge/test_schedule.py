@@ -291,9 +291,29 @@ def test_one_large_block_of_a_keeps_its_depth_panels_outside_the_column_tiles():
     func = scheduled_prim_funcs(weight_gradient, *args)["matmul_tn"]
     first_loop = re.search(r"for \w+ in (.*):", func.script())
     assert first_loop[1] == "range(T.int64(1))"  # one block of rows
-    assert re.search(rf"in range\(T\.int64\(4\)\):\n\s+for \w+ in T\.parallel\(T\.int64\({column_tiles}\)\)",
-                     func.script())
+    # in each of the 4 panels, after A's pack (the next test), the column tiles in parallel
+    assert re.search(rf"in range\(T\.int64\(4\)\):\n(\s+)(?:for .*?\n\1)?for \w+ in "
+                     rf"T\.parallel\(T\.int64\({column_tiles}\)\)", func.script(), re.DOTALL)
     check_against_interpreter(weight_gradient, f32(16, 32, 256), f32(16, 32, 1024))
+
+
+def test_a_weight_gradients_left_operand_is_packed_in_row_tiles_once_a_depth_panel():
+    """The same product's A, read across its rows (x^T), is copied once per depth panel,
+    in parallel over row tiles, into [row tiles, depth, rows of a tile] that every column
+    tile reads contiguously; a product without depth panels outside its column tiles
+    reads its A in place."""
+    args = f32(64, 32, 256), f32(64, 32, 1024)
+    script = scheduled_prim_funcs(weight_gradient, *args)["matmul_tn"].script()
+    row_tile = schedule.MATMUL_ROW_TILES[2 * host_lanes()][0]  # 16 registers with 8 lanes, 32 with 16
+    assert re.search(rf"_global = T\.sblock_alloc_buffer\(\(T\.int64\({256 // row_tile}\), T\.int64\(2048\), "
+                     rf"T\.int64\({row_tile}\)\)", script)
+    # first in each panel: the pack, parallel over row tiles, along the depth, a row tile's rows in a vector
+    assert re.search(rf"in range\(T\.int64\(4\)\):\n\s+for \w+ in T\.parallel\(T\.int64\({256 // row_tile}\)\):\n"
+                     rf"\s+for \w+ in range\(T\.int64\(512\)\):\n\s+for \w+ in T\.vectorized\(T\.int64\({row_tile}\)\)",
+                     script)
+    check_against_interpreter(weight_gradient, f32(16, 32, 256), f32(16, 32, 1024))
+    (unpanelled,) = scheduled_prim_funcs(matmul_a_transposed, f32(512, 64), f32(512, 128)).values()
+    assert "_global = T.sblock_alloc_buffer" not in unpanelled.script()
 
 
 @pytest.mark.parametrize("fn, rows, packed", [(matmul, 32, False), (matmul, 128, True),
