@@ -1,7 +1,8 @@
 """The five products of the LSTM's gradient (benchmarks/lstm_lm.py, B=32, I=128,
 H=256, T=64) built alone with egad's CPU schedules, on all threads, in GFlop/s:
-the input projection before the loops, the forward and reverse step products, and
-the two weight gradients after them. Each batched product is also timed with its
+the input projection before the loops, the forward and reverse step products (with
+their weights as given, and packed as the loops read them: tvm_bridge/pack_weights.py),
+and the two weight gradients after them. Each batched product is also timed with its
 operands cold, as in the program (a loop wrote them just before): 48 MiB touched
 before each call, that touch timed alone and subtracted. Measured side by side in one
 run, medians (benchmarks/timing.py).
@@ -18,7 +19,11 @@ import numpy as np
 import tvm
 
 import egad
+import egad.numpy as enp
 from egad.tvm_bridge import build
+from egad.tvm_bridge.pack_weights import PACKED_SPEC
+from egad.tvm_bridge.schedule import matmul_column_tile
+from egad.tvm_bridge.targets import resolve
 
 from .timing import median_seconds
 
@@ -28,10 +33,19 @@ CALLS = 10  # calls a round, per product
 B, I, H, T = 32, 128, 256, 64
 G = 4 * H  # the four gates, side by side
 
+W = matmul_column_tile(resolve("llvm").tvm_target, "float32")  # the column tile loop weights are packed in
+
+
+def _packed(a, b_packed):  # a step's product as the loops run it (tvm_bridge/pack_weights.py)
+    return enp.einsum(PACKED_SPEC, a, b_packed)
+
+
 PRODUCTS = {  # name: (function, shape of a, shape of b, whether a loop wrote its operands just before)
     "input projection X @ U": (lambda a, b: a @ b, (T * B, I), (I, G), False),
     "forward step h @ W": (lambda a, b: a @ b, (B, H), (H, G), False),
+    "forward step, W packed": (_packed, (B, H), (G // W, H, W), False),
     "reverse step dG @ W^T": (lambda a, b: a @ b, (B, G), (G, H), False),
+    "reverse step, W^T packed": (_packed, (B, G), (H // W, G, W), False),
     "weight gradient X^T dG": (lambda a, b: a.T @ b, (T * B, I), (T * B, G), True),
     "weight gradient H^T dG": (lambda a, b: a.T @ b, (T * B, H), (T * B, G), True),
 }
@@ -54,8 +68,8 @@ def _rows(rng) -> list[dict]:
         if cold:
             calls[name + " (cold)"] = lambda main=main, invoke=invoke, ta=ta, tb=tb: [
                 (_evict(), main(invoke, ta, tb)) for _ in range(CALLS)]
-        rows, depth = (a_shape[1], a_shape[0]) if cold else a_shape
-        flops[name] = 2 * rows * depth * b_shape[1]
+        depth = a_shape[0] if cold else a_shape[1]
+        flops[name] = 2 * depth * fn(a, b).size
     times = median_seconds(rounds=ROUNDS, calls=calls)
     result = []
     for name in PRODUCTS:
