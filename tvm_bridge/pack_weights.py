@@ -24,8 +24,12 @@ each time the loop runs, however many trips it makes.
 
 The rewrite is an ordinary egad program (reshape, transpose, einsum), so the tests
 interpret it against the original. Only rank-2 products with static shapes whose
-columns the tile divides (into two tiles or more) are packed; the loop's invariant
-stays in place where other ops of the body read it too.
+columns the tile divides (into two tiles or more) are packed, and only where no
+elementwise op reads the product: FuseOps runs such an epilogue (`+ b`, a `tanh`) in
+the product's tiles, and the reshape after the packed einsum would keep it out, in a
+kernel of its own (GNMT-lite's steps, `x @ W + b` each, and the gate-by-gate LSTM of
+rules=() ran 2-4% slower packed). The loop's invariant stays in place where other
+ops of the body read it too.
 """
 from __future__ import annotations
 
@@ -72,7 +76,8 @@ def _pack_invariants(loop: Binding, columns_per_tile) -> tuple[list[Binding], Bi
     packs, inputs, params, rewritten = [], list(loop.inputs), list(body.params), {}
     for uid, k in invariants.items():
         param = body.params[first_invariant + k]
-        products = [b for b in readers.get(uid, ()) if _packable(b, param, columns_per_tile)]
+        products = [b for b in readers.get(uid, ()) if _packable(b, param, columns_per_tile)
+                    and not any(ops.OPS[r.op].family == "elementwise" for r in readers.get(b.outputs[0].uid, ()))]
         if not products:
             continue
         outer = loop.inputs[2 + n_state + k]
