@@ -68,24 +68,22 @@ def _pack_invariants(loop: Binding, columns_per_tile) -> tuple[list[Binding], Bi
     (body,) = loop.regions
     n_state = loop.attrs["n_state"]
     first_invariant = 1 + n_state  # body params: the counter, the state, the invariants
-    invariants = {param.uid: k for k, param in enumerate(body.params[first_invariant:])}
     readers: dict[int, list[Binding]] = {}
     for binding in body.bindings:
         for var in binding.inputs:
             readers.setdefault(var.uid, []).append(binding)
     packs, inputs, params, rewritten = [], list(loop.inputs), list(body.params), {}
-    for uid, k in invariants.items():
-        param = body.params[first_invariant + k]
-        products = [b for b in readers.get(uid, ()) if _packable(b, param, columns_per_tile)
+    for k, param in enumerate(body.params[first_invariant:]):
+        width = columns_per_tile(param.type.dtype)
+        products = [b for b in readers.get(param.uid, ()) if _packable(b, param, width)
                     and not any(ops.OPS[r.op].family == "elementwise" for r in readers.get(b.outputs[0].uid, ()))]
         if not products:
             continue
         outer = loop.inputs[2 + n_state + k]
-        width = columns_per_tile(param.type.dtype)
         made = _pack(outer, width, loop)
         packs += made
         packed_param = Var(made[-1].outputs[0].type, f"{param.hint or 'w'}_packed")
-        if len(products) == len(readers[uid]) and param not in body.results:
+        if len(products) == len(readers[param.uid]) and param not in body.results:
             inputs[2 + n_state + k], params[first_invariant + k] = made[-1].outputs[0], packed_param
         else:  # other ops read the invariant as it is: it stays, the packed one comes after
             inputs.append(made[-1].outputs[0])
@@ -101,15 +99,14 @@ def _pack_invariants(loop: Binding, columns_per_tile) -> tuple[list[Binding], Bi
     return packs, dataclasses.replace(loop, inputs=tuple(inputs), regions=(new_body,))
 
 
-def _packable(binding: Binding, param: Var, columns_per_tile) -> bool:
+def _packable(binding: Binding, param: Var, width: int) -> bool:
     """A rank-2 matmul whose right operand is `param`, static, with columns in two
-    tiles or more that the tile divides."""
+    tiles or more that the tile (`width` columns) divides."""
     if binding.op != "matmul" or binding.inputs[1] is not param or binding.inputs[0] is param:
         return False
     left, right = (var.type for var in binding.inputs)
     if left.ndim != 2 or right.ndim != 2 or not (left.is_static and right.is_static):
         return False
-    width = columns_per_tile(right.dtype)
     columns = right.shape[1]
     return width > 1 and columns % width == 0 and columns >= 2 * width
 

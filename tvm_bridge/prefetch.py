@@ -178,11 +178,9 @@ def _substitute(expr, values: dict):
     if expr is None or isinstance(expr, tirx.IntImm):
         return expr
     if isinstance(expr, tvm.ir.TensorLoad):
-        if len(expr.indices) == 0:
-            return next((value for var, value in values.items() if var.same_as(expr.source)), expr)
-        return None
+        return _value_of(expr.source, values, expr) if len(expr.indices) == 0 else None
     if isinstance(expr, tirx.Var):
-        return next((value for var, value in values.items() if var.same_as(expr)), expr)
+        return _value_of(expr, values, expr)
     if isinstance(expr, _AFFINE):
         a, b = _substitute(expr.a, values), _substitute(expr.b, values)
         return None if a is None or b is None else type(expr)(a, b)
@@ -318,14 +316,20 @@ def _integer(expr, values: dict) -> int | None:
     if isinstance(expr, tirx.IntImm):
         return int(expr.value)
     if isinstance(expr, tvm.ir.TensorLoad) and len(expr.indices) == 0:
-        return next((value for var, value in values.items() if var.same_as(expr.source)), None)
+        return _value_of(expr.source, values, None)
     if isinstance(expr, tirx.Var):
-        return next((value for var, value in values.items() if var.same_as(expr)), None)
+        return _value_of(expr, values, None)
     evaluate = _EVALUATED.get(type(expr))
     if evaluate is None:
         return None
     a, b = _integer(expr.a, values), _integer(expr.b, values)
     return None if a is None or b is None else evaluate(a, b)
+
+
+def _value_of(key, values: dict, missing):
+    """`values`' value for a variable or a scalar buffer (TVM objects compare by
+    `same_as`, not by hash), else `missing`."""
+    return next((value for var, value in values.items() if var.same_as(key)), missing)
 
 
 def _reads(expr, buffer) -> bool:

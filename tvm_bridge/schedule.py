@@ -474,7 +474,8 @@ def _tile_matmul(sch, block, axes: MatmulAxes, lanes: int, row_tile_choices: tup
     if column_count is not None and depth_count is not None and _worth_packing(sch, block, axes, row_count):
         _pack_columns_operand(sch, block, axes, pack_at)
     # with depth panels outside the column tiles (a weight gradient), each column tile reads the panel of A
-    if inner_columns is not None and MATMUL_PACK_ROWS_READ_ACROSS and _rows_read_across(sch, block, axes, row_tile):
+    if (inner_columns is not None and MATMUL_PACK_ROWS_READ_ACROSS and row_count is not None
+            and row_count % row_tile == 0 and _rows_read_across(sch, block, axes)):
         _pack_rows_operand(sch, block, axes, depth_outer, row_tile)
     write_back = None
     if depth_outer is None:
@@ -599,13 +600,10 @@ def _pack_columns_operand(sch, block, axes: MatmulAxes, at_loop):
     _read_contiguously(sch, pack)
 
 
-def _rows_read_across(sch, block, axes: MatmulAxes, row_tile: int) -> bool:
+def _rows_read_across(sch, block, axes: MatmulAxes) -> bool:
     """A (the rows operand) read across its rows, A[k, i] (a weight gradient's x^T), by
-    one row iterator of a static extent the row tile divides, one depth iterator, and no batch."""
+    one row iterator, one depth iterator, and no batch."""
     if len(axes.rows) != 1 or len(axes.depth) != 1 or axes.batch:
-        return False
-    (extent,) = [iter_var.dom.extent for iter_var in sch.get(block).iter_vars if iter_var.var.same_as(axes.rows[0])]
-    if not isinstance(extent, tirx.IntImm) or extent.value % row_tile:
         return False
     innermost = sch.get(block).reads[1 - axes.columns_operand].region[-1].min
     return isinstance(innermost, tirx.Var) and innermost.same_as(axes.rows[0])
