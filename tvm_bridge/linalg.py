@@ -9,7 +9,7 @@ way, as for a `matmul` of a transpose), so that egad's tiled matmul schedule
 TVM's generic einsum is a plain loop nest. Reshapes take the operands' shapes as
 Relax shape expressions, so symbolic dims (a trip count T) work. Anything else (a
 letter summed within one operand, repeated letters, broadcast dims, three operands)
-stays `R.einsum`. The einsum 'ik,jkc->ijc' of a right operand packed column tile by
+stays `R.einsum`, but for one operand's axes summed away, which is `R.sum`. The einsum 'ik,jkc->ijc' of a right operand packed column tile by
 column tile (tvm_bridge/pack_weights.py) is one contraction reading it in place.
 """
 from __future__ import annotations
@@ -89,11 +89,30 @@ def _einsum(bb, args, attrs, binding):
     terms, output = parse_einsum(attrs["spec"], [v.type.ndim for v in binding.inputs])
     if _is_packed_product(terms, output):
         return bb.emit_te(_packed_product, *args, primfunc_name_hint="matmul_packed")
+    if len(args) == 1 and _is_sum_of_axes(terms[0], output):
+        return _einsum_as_sum(bb, args[0], terms[0], output)
     if len(args) == 2:
         product = _einsum_as_matmul(bb, args, terms, output, [v.type for v in binding.inputs])
         if product is not None:
             return product
     return relax.op.einsum(args, ",".join(terms) + "->" + output)
+
+
+def _is_sum_of_axes(term: str, output: str) -> bool:
+    """One operand with distinct letters, some summed away: 'tab->b', the bias gradient
+    rules/batching.py writes after a reverse loop."""
+    return len(set(term)) == len(term) and len(output) < len(term) and set(output) <= set(term)
+
+
+def _einsum_as_sum(bb, arg, term: str, output: str):
+    """`R.sum` over the summed axes, then the kept ones put in the output's order. TVM's
+    einsum loops over the summed letters in an order of its own: 'tab->b' on 64 x 32 x
+    1024 stepped 128 KiB between reads (its inner loop ran over t), ~1 ms after the LSTM's
+    reverse loop, where the sum over leading axes (schedule.py) reads rows in order."""
+    summed = [axis for axis, letter in enumerate(term) if letter not in output]
+    total = bb.emit(relax.op.sum(arg, axis=summed))
+    kept = [letter for letter in term if letter in output]
+    return total if kept == list(output) else relax.op.permute_dims(total, [kept.index(c) for c in output])
 
 
 def _is_packed_product(terms, output) -> bool:
