@@ -83,12 +83,13 @@ PARALLEL_MIN_ITERATIONS = 1 << 14
 # of 64 x 1024 4.4 -> 2.4 us. (A sigmoid of 64 x 256 already gains: 27 -> 15 us.)
 PARALLEL_MIN_LIGHT_ITERATIONS = 1 << 16
 # ... and below this many, summed over the nests, for nests merged row by row
-# (`_merge_row_nests`): the rows of an LSTM's forward step (13 nests of 32 x 256: every
-# gate, c, tanh(c) and h, one kernel) run in parallel, a gate's two (`-x` and its sigmoid)
-# serial. On 2 Zen 4 cores, the LSTM gradient of benchmarks/optimizer.py (T=64) took
-# ~2 ms less with the step's rows parallel; 2^14 also made rules=()'s per-gate kernels
-# of 2-4 nests parallel, and them ~1.5 ms slower.
-PARALLEL_MIN_MERGED_ITERATIONS = 1 << 16
+# (`_merge_row_nests`): the rows of an LSTM's forward step (7 nests of 32 x 256: every
+# gate with its sums inlined, c, tanh(c) and h, one kernel) run in parallel, a kernel's
+# two nests of that size serial. On 2 Zen 4 cores, the LSTM gradient of
+# benchmarks/optimizer.py (T=64) took ~2 ms less with the step's rows parallel; 2^14
+# also made rules=()'s per-gate kernels of 2 nests parallel, and them ~1.5 ms slower.
+# (2^16 left the forward step serial once its gates' sums were inlined: 13 nests became 7.)
+PARALLEL_MIN_MERGED_ITERATIONS = 1 << 15
 # Columns per task of a sum over rows ([64, 32, 1024] summed to [1024], an LSTM's bias
 # gradient, 2 Zen 5 cores): one vector (16 floats) per task read one cache line every
 # 4 KiB, 272 us; 16 vectors and 4 tasks, 43 us. [2048, 256] to [256]: 28 us with one
@@ -842,7 +843,7 @@ SCHEDULE_RULES = (
 def _merge_row_nests(sch, blocks: list, lanes_of: "VectorLanes") -> list:
     """Run consecutive elementwise nests of one shape row by row in one loop: a kernel
     with several outputs (tvm_bridge/output_fusion.py), or keeping an intermediate too
-    large to copy into each use (a sigmoid's `-x`), made a pass over memory for each
+    large to copy into reads at several points, made a pass over memory for each
     nest; merged, a row of each stays in L1 between them. Each run of two or more is
     scheduled here: the rows parallel when there is work enough, each nest's row
     vectorized. Returns the blocks left to schedule one by one (`blocks` otherwise)."""
@@ -1223,6 +1224,10 @@ def _product(extents) -> int | None:
 # chain of such blocks the copies multiply: a float32 tanh's polynomial reads its input
 # five times (tvm_bridge/elementwise.py), and 7 unrolled tanh steps never built.
 MAX_COPIED_EXPRESSION = 8  # nodes: an add or a cast is copied, a polynomial is not
+# ... where the consumer reads it at several points (x[i] + x[i + 1]): read at one point
+# only, however often (a sigmoid's polynomial reads its input 20 times), the copies are
+# one value, which LLVM computes once, and inlining saves the block's buffer.
+INLINE_READS_AT_ONE_POINT = True
 # A block read once by each of two consumers is copied into both, which is cheaper than
 # a round trip through memory while the copies are small; but along a chain of them
 # (h = sin(h) + cos(h)) each step doubled the kernel: 12 steps took 1.6 s to build, 14
@@ -1242,11 +1247,20 @@ def _would_copy_expression(sch, producer, consumers) -> bool:
         if not isinstance(consumer_store, tirx.BufferStore):
             continue
         nodes = _expression_nodes(consumer_store.value)
-        reads = sum(1 for node in nodes
-                    if isinstance(node, tvm.ir.expr.TensorLoad) and node.source.same_as(store.buffer))
-        if (reads > 1 and size > MAX_COPIED_EXPRESSION) or len(nodes) + reads * size > MAX_INLINED_EXPRESSION:
+        loads = [node for node in nodes
+                 if isinstance(node, tvm.ir.expr.TensorLoad) and node.source.same_as(store.buffer)]
+        if len(nodes) + len(loads) * size > MAX_INLINED_EXPRESSION:
+            return True
+        at_points = 1 if INLINE_READS_AT_ONE_POINT and _one_point(loads) else len(loads)
+        if at_points > 1 and size > MAX_COPIED_EXPRESSION:
             return True
     return False
+
+
+def _one_point(loads) -> bool:
+    """Whether loads of one buffer all read the same element: copies of an expression
+    there compute one value, which LLVM computes once."""
+    return all(_same_exprs(load.indices, loads[0].indices) for load in loads[1:])
 
 
 def _expression_nodes(expr, into_loads: bool = True) -> list:

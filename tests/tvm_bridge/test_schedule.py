@@ -572,7 +572,12 @@ def tanh_returned_and_read(x, y):
 
 
 def sigmoid_of_a_sum(x, y):
-    return enn.sigmoid(x + y * 2.0)  # keeps `-(x + 2y)` in a buffer: read five times by the polynomial
+    return enn.sigmoid(x + y * 2.0)  # `-(x + 2y)`, read 20 times by the polynomial, all at one point
+
+
+def tanh_twice_side_by_side(x):
+    t = enp.tanh(x)
+    return enp.concatenate([t, t], axis=1)  # the polynomial read at two points: copied, computed twice
 
 
 def top_level_loops(func) -> int:
@@ -582,8 +587,8 @@ def top_level_loops(func) -> int:
 
 
 @pytest.mark.parametrize("fn, rows, parallel", [(tanh_returned_and_read, 32, False),
-                                                (tanh_returned_and_read, 512, True),
-                                                (sigmoid_of_a_sum, 64, False)])
+                                                (tanh_returned_and_read, 64, True),
+                                                (tanh_returned_and_read, 512, True)])
 def test_elementwise_nests_of_one_shape_run_row_by_row_in_one_loop(fn, rows, parallel):
     """Each row of every nest is made and read while in L1, not each nest over all of
     memory in turn; the merged rows are parallel when the nests together are work enough."""
@@ -593,6 +598,16 @@ def test_elementwise_nests_of_one_shape_run_row_by_row_in_one_loop(fn, rows, par
     assert ("parallel" in loop_kinds(func)) is parallel
     assert "vectorized" in loop_kinds(func)
     check_against_interpreter(fn, *args)
+
+
+def test_an_expression_read_at_one_point_is_inlined_and_at_two_it_is_not():
+    (func,) = scheduled_prim_funcs(sigmoid_of_a_sum, f32(64, 256), f32(64, 256)).values()
+    assert top_level_loops(func) == 1 and "sblock_alloc_buffer" not in func.script(), func.script()
+    assert {"parallel", "vectorized"} <= loop_kinds(func)
+    check_against_interpreter(sigmoid_of_a_sum, f32(64, 256), f32(64, 256))
+    (func,) = scheduled_prim_funcs(tanh_twice_side_by_side, f32(64, 256)).values()
+    assert "sblock_alloc_buffer" in func.script()  # tanh's nest of its own
+    check_against_interpreter(tanh_twice_side_by_side, f32(64, 256))
 
 
 def nests_of_two_shapes(x, y):
