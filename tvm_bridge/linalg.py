@@ -7,10 +7,11 @@ reads a transposed operand in place when the einsum's letters already put it tha
 way, as for a `matmul` of a transpose), so that egad's tiled matmul schedule
 (tvm_bridge/schedule.py) runs it;
 TVM's generic einsum is a plain loop nest. Reshapes take the operands' shapes as
-Relax shape expressions, so symbolic dims (a trip count T) work. Anything else (a
-letter summed within one operand, repeated letters, broadcast dims, three operands)
-stays `R.einsum`, but for one operand's axes summed away, which is `R.sum`. The einsum 'ik,jkc->ijc' of a right operand packed column tile by
-column tile (tvm_bridge/pack_weights.py) is one contraction reading it in place.
+Relax shape expressions, so symbolic dims (a trip count T) work. One operand with
+some axes summed away is `R.sum`. Anything else (a letter summed within one operand,
+repeated letters, broadcast dims, three operands) stays `R.einsum`. The einsum
+'ik,jkc->ijc' of a right operand packed column tile by column tile
+(tvm_bridge/pack_weights.py) is one contraction reading it in place.
 """
 from __future__ import annotations
 
@@ -107,8 +108,8 @@ def _is_sum_of_axes(term: str, output: str) -> bool:
 def _einsum_as_sum(bb, arg, term: str, output: str):
     """`R.sum` over the summed axes, then the kept ones put in the output's order. TVM's
     einsum loops over the summed letters in an order of its own: 'tab->b' on 64 x 32 x
-    1024 stepped 128 KiB between reads (its inner loop ran over t), ~1 ms after the LSTM's
-    reverse loop, where the sum over leading axes (schedule.py) reads rows in order."""
+    1024 stepped 128 KiB between reads (its inner loop ran over t), where the sum over
+    leading axes (schedule.py) reads rows in order: 112 -> 92 us hot on 2 Zen 3 cores."""
     summed = [axis for axis, letter in enumerate(term) if letter not in output]
     total = bb.emit(relax.op.sum(arg, axis=summed))
     kept = [letter for letter in term if letter in output]

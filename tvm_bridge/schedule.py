@@ -1224,7 +1224,7 @@ def _product(extents) -> int | None:
 # chain of such blocks the copies multiply: a float32 tanh's polynomial reads its input
 # five times (tvm_bridge/elementwise.py), and 7 unrolled tanh steps never built.
 MAX_COPIED_EXPRESSION = 8  # nodes: an add or a cast is copied, a polynomial is not
-# ... where the consumer reads it at several points (x[i] + x[i + 1]): read at one point
+# ... where the consumer reads it at several points (concatenate([t, t])): read at one point
 # only, however often (a sigmoid's polynomial reads its input 20 times), the copies are
 # one value, which LLVM computes once, and inlining saves the block's buffer.
 INLINE_READS_AT_ONE_POINT = True

@@ -813,7 +813,8 @@ EINSUMS = [("tki,tkj->ij", (6, 4, 5), (6, 4, 3)), ("bij,bjk->kib", (2, 3, 4), (2
            ("ki,kj->ij", (4, 3), (4, 5)), ("ki,jk->ij", (4, 3), (5, 4)), ("bki,bkj->bij", (2, 4, 3), (2, 4, 5)),
            ("tbki,tbkj->bij", (3, 2, 4, 3), (3, 2, 4, 5)),
            # one operand's axes summed away (R.sum), the kept ones in order or not
-           ("tab->b", (3, 4, 5), None), ("tab->ba", (3, 4, 5), None), ("abc->", (2, 3, 4), None), ("ab->a", (3, 4), None)]
+           ("tab->b", (3, 4, 5), None), ("tab->ba", (3, 4, 5), None), ("abc->", (2, 3, 4), None),
+           ("ab->a", (3, 4), None)]
 
 
 @pytest.mark.parametrize("spec, a, b", EINSUMS, ids=[spec for spec, *_ in EINSUMS])
