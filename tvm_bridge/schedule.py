@@ -63,7 +63,7 @@ from tvm.s_tir.dlight.analysis import SBlockInfo, get_sblock_info, normalize_pri
 from tvm.target.codegen import target_has_features
 from tvm.tirx.analysis import undefined_vars
 
-from . import fusion, gpu, rows_in_place, vm_checks
+from . import fusion, gpu, reshape_views, rows_in_place, vm_checks
 from .prefetch import prefetch_next_trip, prefetch_packed_rows
 from .tir_blocks import moves_data, sblocks
 
@@ -172,7 +172,8 @@ def relax_pipeline(target) -> tvm.transform.Pass | None:
     fusion passes, and egad's kernel scheduling after fusion (`schedule_prim_funcs` on
     the CPU, then loop bodies' kernels prefetching their next trip's rows,
     tvm_bridge/prefetch.py; guarded dlight rules on GPUs), loop bodies' stacked rows
-    written in place (tvm_bridge/rows_in_place.py), and no parameter checks in the region functions
+    written in place (tvm_bridge/rows_in_place.py), the reshapes a function returns made views
+    (tvm_bridge/reshape_views.py), and no parameter checks in the region functions
     (tvm_bridge/vm_checks.py); None (TVM's default) for other targets.
     Example: `tvm.compile(mod, target, relax_pipeline=relax_pipeline(target) or "default")`."""
     resolved = _as_target(target)
@@ -188,7 +189,7 @@ def relax_pipeline(target) -> tvm.transform.Pass | None:
     def pipeline(mod: tvm.IRModule, _context) -> tvm.IRModule:
         with resolved:
             passes = (fusion.fusion_passes(resolved, backend)
-                      + [scheduling, rows_in_place.write_rows_in_place]
+                      + [scheduling, rows_in_place.write_rows_in_place, reshape_views.reshape_outputs_as_views]
                       + backend.dataflow_lower_passes(resolved)
                       + backend.finalize_passes(resolved)
                       + [vm_checks.drop_region_parameter_checks])
