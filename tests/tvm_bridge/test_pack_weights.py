@@ -97,6 +97,34 @@ def test_a_weight_other_ops_also_read_stays_and_its_packed_copy_comes_after():
     assert len(loop_of(rewritten).inputs) == len(loop_of(program).inputs) + 1
 
 
+def gates_step(Ui, Uf, h0):
+    """Two gates' weights concatenated along their columns, as egad's fusion rules
+    write an LSTM's: one product, read by slices."""
+    U = enp.concatenate([Ui, Uf], axis=1)
+    return egad.fori_loop(0, 3, lambda t, h: (h @ U)[:, :h.shape[1]] * 0.5, h0)
+
+
+def test_a_concatenation_of_whole_tiles_is_packed_piece_by_piece():
+    args = (f32(32, 32) * 0.2, f32(32, 32) * 0.2, f32(2, 32))
+    program = egad.trace(gates_step, *args)
+    rewritten = assert_same_when_interpreted(program, args)
+    before = rewritten.region.bindings[:rewritten.region.bindings.index(loop_of(rewritten))]
+    assert [b.op for b in before].count("transpose") == 2  # one pack a piece
+    joined = before[-1]
+    assert joined.op == "concat" and joined.attrs["axis"] == 0 and joined.outputs[0].type.shape == (4, 32, TILE)
+    assert loop_of(rewritten).inputs[-1] is joined.outputs[0]
+    assert_trees_close(build(program, cache=BuildCache(None))(*args), egad.interpret(program, *args),
+                       rtol=1e-5, atol=1e-5)
+
+
+def test_a_concatenation_whose_piece_is_not_whole_tiles_is_packed_whole():
+    args = (f32(32, 40) * 0.2, f32(32, 24) * 0.2, f32(2, 32))  # 40 and 24 columns: 64 in all, 4 tiles
+    program = egad.trace(gates_step, *args)
+    rewritten = assert_same_when_interpreted(program, args)
+    before = rewritten.region.bindings[:rewritten.region.bindings.index(loop_of(rewritten))]
+    assert [b.op for b in before].count("transpose") == 1 and before[-1].op == "transpose"
+
+
 def sliced_step(U, h0):  # h @ U read by a slice only: packed where nothing else stops it
     return egad.fori_loop(0, 3, lambda t, h: (h @ U)[:, :h.shape[1]], h0)
 
