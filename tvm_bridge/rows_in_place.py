@@ -67,21 +67,63 @@ def stack_params(rows, ahead: bool) -> list:
 @tvm.transform.module_pass(opt_level=0, name="egad.WriteRowsInPlace")
 def write_rows_in_place(mod: tvm.IRModule, _context) -> tvm.IRModule:
     """Run after fusion and kernel scheduling, before CallTIRRewrite: every row a body
-    taking stacks computes with a kernel is written by that kernel into its stack."""
-    rewritten, kernels = {}, {}
+    taking stacks computes with a kernel is written by that kernel into its stack, and
+    the driver calls running such a body say which rows (`_tell_the_drivers`)."""
+    rewritten, kernels, in_place = {}, {}, {}
     for global_var, func in mod.functions_items():
         if isinstance(func, relax.Function) and func.attrs is not None and ATTR in func.attrs:
-            new_func = _write_in_place(func, mod, kernels)
-            if new_func is not None:
-                rewritten[global_var] = new_func
+            written = _write_in_place(func, mod, kernels)
+            if written is not None:
+                rewritten[global_var], in_place[global_var.name_hint] = written
     if not rewritten:
         return mod
     for global_var, func in [*kernels.values(), *rewritten.items()]:
         mod[global_var] = func
+    for global_var, func in list(mod.functions_items()):
+        told = _tell_the_drivers(func, in_place) if isinstance(func, relax.Function) else None
+        if told is not None:
+            mod[global_var] = told
     return relax.transform.Normalize()(mod)
 
 
-def _write_in_place(func: relax.Function, mod: tvm.IRModule, kernels_made: dict) -> relax.Function | None:
+# A driver call's `rows_in_place` argument (runtime.py `egad.for_loop`): 0 where the body
+# takes no stacks, else 1 + 2 x a mask of the rows its kernels write in place on every
+# trip but the first (bit k: row k). The driver does not fetch those from the body's
+# results (a trip's results are fetched one FFI call each, ~0.5-1 us). At most this
+# many rows in the mask (an int64 argument).
+MAX_MASKED_ROWS = 62
+_FOR_LOOP = "egad.for_loop"
+
+
+def _tell_the_drivers(func: relax.Function, in_place: dict) -> relax.Function | None:
+    """`func` with each `egad.for_loop` call running a body of `in_place` ({body name:
+    mask}) passing that mask; None where it calls none."""
+    if not isinstance(func.body, relax.SeqExpr):
+        return None
+    blocks, changed = [], False
+    for block in func.body.blocks:
+        bindings = []
+        for binding in block.bindings:
+            call = binding.value
+            if (isinstance(call, relax.Call) and isinstance(call.op, relax.ExternFunc)
+                    and str(call.op.global_symbol) == _FOR_LOOP and isinstance(call.args[1], relax.GlobalVar)
+                    and in_place.get(call.args[1].name_hint)):
+                args = list(call.args)
+                args[7] = relax.prim_value(1 + 2 * in_place[call.args[1].name_hint])  # (invoke, body, lo, hi, ...)
+                binding = relax.VarBinding(binding.var, relax.Call(call.op, args, call.attrs, call.ty_args,
+                                                                   call.span), binding.span)
+                changed = True
+            bindings.append(binding)
+        blocks.append(type(block)(bindings, block.span))
+    if not changed:
+        return None
+    return relax.Function(func.params, relax.SeqExpr(blocks, func.body.body, func.body.span), func.ret_ty,
+                          func.is_pure, func.attrs, func.span)
+
+
+def _write_in_place(func: relax.Function, mod: tvm.IRModule, kernels_made: dict) -> tuple | None:
+    """(`func` with its rows written in place, the mask of those written so on every
+    trip but the first), or None where it writes none."""
     if not isinstance(func.body, relax.SeqExpr) or not isinstance(func.body.body, relax.Tuple):
         return None
     offsets = list(func.params[-1].ty.values)
@@ -98,15 +140,18 @@ def _write_in_place(func: relax.Function, mod: tvm.IRModule, kernels_made: dict)
     kernels |= {var for var, value in calls.items() if isinstance(value, relax.TupleGetItem)
                 and len(_kernel_outputs(calls.get(value.tuple_value))) > 1}
     targets = {}  # a var a kernel makes -> (its stack, the offset it goes at); a var stacked twice: the first
+    mask = 0  # the rows so written on every trip (but the first, for a state the trip before made)
     for k, row in enumerate(rows):
         if row in kernels and row not in targets:
             targets[row] = (stacks[k], offsets[k])
+            mask |= 1 << k
     if ahead:  # a state the trip started from: the previous trip made it (params: invoke, counter, state, ...)
         states = {param: j for j, param in enumerate(func.params[2:2 + n_state])}
         for k, row in enumerate(rows):
             made = results[states[row]] if row in states else None
             if made in kernels and made not in targets:
                 targets[made] = (stacks[k], offsets[count + k])
+                mask |= 1 << k
     # for each kernel call making rows: which of its outputs go where
     outputs_of = {}
     for var, target in targets.items():
@@ -129,7 +174,8 @@ def _write_in_place(func: relax.Function, mod: tvm.IRModule, kernels_made: dict)
     if not changed:
         return None
     body = relax.SeqExpr(blocks, func.body.body, func.body.span)
-    return relax.Function(func.params, body, func.ret_ty, func.is_pure, func.attrs, func.span)
+    return (relax.Function(func.params, body, func.ret_ty, func.is_pure, func.attrs, func.span),
+            mask if count <= MAX_MASKED_ROWS else 0)
 
 
 def _kernel_outputs(value) -> list:

@@ -116,11 +116,29 @@ class _StackedRows:
         if spare_row:
             self.stacks = stacks
 
-    def put(self, k: int, row) -> None:
+    def put(self, k: int, row, expect_in_place=()) -> None:
+        """Row k of each stack, from the values of `row`; the rows `expect_in_place`
+        (indices) must be there already (the driver skips them from then on)."""
+        for j in expect_in_place:
+            if not self._in_place(k, j, row[j]):
+                raise RuntimeError(f"egad loop: row {j} of trip {k} was expected written in place by the loop's "
+                                   "body and was not (a defect in egad's lowering: tvm_bridge/rows_in_place.py)")
+        self.put_rows(k, dict(enumerate(row)))
+
+    def _in_place(self, k: int, j: int, value) -> bool:
+        size = _nbytes(value)
+        return self.stacks is not None and value.data_ptr() == self.stacks[j].data_ptr() + k * size
+
+    def put_rows(self, k: int, rows: dict) -> None:
+        """Row k of the stacks `rows` names ({index: value})."""
+        if not rows:
+            return
         if self.tensors is None:
-            self._make([(tuple(value.shape), str(value.dtype)) for value in row], row[0].device)
+            self._make([(tuple(value.shape), str(value.dtype)) for value in rows.values()],
+                       next(iter(rows.values())).device)
         if self.host_rows is not None:
-            for (start, size, shape), value in zip(self.host_rows, row):
+            for j, value in rows.items():
+                start, size, shape = self.host_rows[j]
                 at = start + k * size
                 if value.data_ptr() == at:
                     continue  # a kernel wrote it in place
@@ -130,8 +148,8 @@ class _StackedRows:
                                      f"(contiguous: {value.is_contiguous()}) after rows of shape {tuple(shape)}")
                 ctypes.memmove(at, value.data_ptr(), size)
         else:
-            for tensor, value in zip(self.tensors, row):
-                size = _nbytes(value)
+            for j, value in rows.items():
+                tensor, size = self.tensors[j], _nbytes(value)
                 if value.data_ptr() != tensor.data_ptr() + k * size:
                     tensor._create_view(tuple(value.shape), value.dtype, k * size).copyfrom(value)
 
@@ -175,9 +193,12 @@ def _nbytes(tensor) -> int:
 
 @tvm_ffi.register_global_func("egad.for_loop", override=True)
 def _for_loop(invoke, body, lo, hi, reverse, n_state, ys_layout, rows_in_place, *values):
-    """`rows_in_place`: the body takes the stacks and each trip's row offsets after its
-    invariants (tvm_bridge/rows_in_place.py), and its kernels write the rows there."""
-    n_state = int(n_state)
+    """`rows_in_place` (tvm_bridge/rows_in_place.py): 0 where the body takes no stacks,
+    else 1 + 2 x a mask. The body takes the stacks and each trip's row offsets after its
+    invariants, and its kernels write the rows there; the mask (bit k: row k) names
+    those they write there on every trip but the first, which the driver does not fetch
+    from the body's results from the third trip on (it checks them on the second)."""
+    n_state, rows_in_place = int(n_state), int(rows_in_place)
     state, invariants = list(values[:n_state]), list(values[n_state:])
     lo, hi = _scalar(lo), _scalar(hi)
     device = values[0].device if values else tvm.cpu()
@@ -187,13 +208,23 @@ def _for_loop(invoke, body, lo, hi, reverse, n_state, ys_layout, rows_in_place, 
     if steps:
         # the body returns its next counter last: one counter tensor made here, none per iteration
         counter = _int64_scalar(steps[0], device)
-        if int(rows_in_place):
+        if rows_in_place:
             stacked.allocate(device, values, ahead=not int(reverse))
-    for i in steps:
-        out = _items(invoke(body, invoke, counter, *state, *invariants, *stacked.in_place_arguments(i - lo)))
+    rows = range(len(json.loads(ys_layout))) if rows_in_place >> 1 else range(0)
+    in_place = [k for k in rows if rows_in_place >> (k + 1) & 1]
+    fetched = [k for k in rows if k not in in_place]
+    get = _ffi.ArrayGetItem
+    for trip, i in enumerate(steps):
+        results = invoke(body, invoke, counter, *state, *invariants, *stacked.in_place_arguments(i - lo))
+        if in_place and trip >= 2:
+            state = [get(results, k) for k in range(n_state)]
+            stacked.put_rows(i - lo, {k: get(results, n_state + k) for k in fetched})
+            counter = get(results, n_state + len(rows))
+            continue
+        out = _items(results)
         state = out[:n_state]
         if has_ys:
-            stacked.put(i - lo, out[n_state:-1])
+            stacked.put(i - lo, out[n_state:-1], expect_in_place=in_place if trip == 1 else ())
         counter = out[-1]
     ys = stacked.result(device, values) if has_ys else []
     # a state a kernel also wrote as a row lives in a stack: copied, so no result shares another's memory

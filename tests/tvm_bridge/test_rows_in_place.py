@@ -3,13 +3,16 @@ kernel computes land in the loop's stacks with no copy by the driver, and result
 with the interpreter for every kind of row: one a kernel makes, the state a trip
 started from (written by the trip before; the first trip's copied), a state no kernel
 makes (copied), a row also carried as state, a row stacked twice, reversed loops, zero
-and one trips, and rows too small to be written in place (copied, as before)."""
+and one trips, and rows too small to be written in place (copied, as before); and that
+the loop driver is told which rows its body writes in place (it fetches only the others
+from the body's results from the third trip on, having checked them on the second)."""
 from __future__ import annotations
 
 import ctypes
 
 import numpy as np
 import pytest
+from tvm import relax
 
 import egad
 import egad.numpy as enp
@@ -17,7 +20,7 @@ from egad.ir.types import TensorType
 from egad.tvm_bridge import build, runtime
 from egad.tvm_bridge.cache import BuildCache
 from egad.tvm_bridge.rows_in_place import can_write_in_place
-from tests.tvm_bridge.kernels import pipeline_prim_funcs
+from tests.tvm_bridge.kernels import pipeline_module, pipeline_prim_funcs
 
 T, B, H = 5, 4, 16  # a row of B x H float32 is 256 bytes: written in place
 
@@ -174,6 +177,37 @@ def test_a_compiled_lstm_gradient_agrees_with_the_interpreter_with_its_rows_in_p
     np.testing.assert_allclose(value, want_value, rtol=1e-5)
     for got, want in zip(grads, want_grads):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+
+
+def driver_masks(fn, args) -> list[int]:
+    """The rows each loop driver call of `fn`'s module is told its body writes in place
+    (a mask, bit k: row k), from the call's `rows_in_place` argument (1 + 2 x mask)."""
+    main = pipeline_module(egad.trace(fn, *args))["main"]
+    found = [binding.value.args[7] for block in main.body.blocks for binding in block.bindings
+             if isinstance(binding.value, relax.Call) and isinstance(binding.value.op, relax.ExternFunc)
+             and str(binding.value.op.global_symbol) == "egad.for_loop"]  # (invoke, body, lo, hi, reverse, ...)
+    assert found, "no loop driver call found"
+    return [(int(argument.value) - 1) // 2 for argument in found]
+
+
+@pytest.mark.parametrize("fn, mask", [
+    (rows_made_and_passed_through, 0b11),  # a kernel's row; the state the trip before's kernel wrote
+    (rows_of_a_state_no_kernel_makes, 0b01),  # c passes through: copied every trip
+    (rows_that_are_also_state, 0b01),  # the second stack of the same value: copied
+    (reversed_rows, 0b1),
+])
+def test_the_driver_is_told_which_rows_the_body_writes_in_place(fn, mask):
+    assert driver_masks(fn, _inputs()) == [mask]
+
+
+def test_a_row_the_driver_was_told_is_in_place_and_is_not_is_an_error():
+    stacked = runtime._StackedRows(3, '[[[4, 16], "float32"]]')
+    stacked.allocate(runtime.tvm.cpu(), [], ahead=False)
+    elsewhere = runtime.tvm.runtime.tensor(np.ones((4, 16), np.float32))
+    with pytest.raises(RuntimeError, match="expected written in place"):
+        stacked.put(1, [elsewhere], expect_in_place=[0])
+    stacked.put(1, [elsewhere])  # not expected in place: copied
+    np.testing.assert_array_equal(stacked.tensors[0].numpy()[1], 1.0)
 
 
 @pytest.mark.parametrize("row, expected", [
