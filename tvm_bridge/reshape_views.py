@@ -64,7 +64,8 @@ def _is_returned_reshape(mod: tvm.IRModule, binding) -> bool:
     """Whether `binding` gives a variable leaving its block the result of a reshape
     kernel of one block-local tensor."""
     value = binding.value
-    if (isinstance(binding.var, relax.DataflowVar) or not isinstance(value, relax.Call) or value.op != _CALL_TIR
+    if (isinstance(binding.var, relax.DataflowVar) or not isinstance(value, relax.Call)
+            or not value.op.same_as(_CALL_TIR)
             or not isinstance(value.args[1], relax.Tuple) or len(value.args[1].fields) != 1
             or not isinstance(value.args[1].fields[0], relax.DataflowVar)):
         return False
