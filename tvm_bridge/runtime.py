@@ -116,18 +116,13 @@ class _StackedRows:
         if spare_row:
             self.stacks = stacks
 
-    def put(self, k: int, row, expect_in_place=()) -> None:
-        """Row k of each stack, from the values of `row`; the rows `expect_in_place`
-        (indices) must be there already (the driver skips them from then on)."""
-        for j in expect_in_place:
-            if not self._in_place(k, j, row[j]):
-                raise RuntimeError(f"egad loop: row {j} of trip {k} was expected written in place by the loop's "
-                                   "body and was not (a defect in egad's lowering: tvm_bridge/rows_in_place.py)")
+    def put(self, k: int, row) -> None:
+        """Row k of each stack, from the values of `row`."""
         self.put_rows(k, dict(enumerate(row)))
 
-    def _in_place(self, k: int, j: int, value) -> bool:
-        size = _nbytes(value)
-        return self.stacks is not None and value.data_ptr() == self.stacks[j].data_ptr() + k * size
+    def in_place(self, k: int, j: int, value) -> bool:
+        """Whether `value` is row k of stack j, written there by the body's kernel."""
+        return self.stacks is not None and value.data_ptr() == self.stacks[j].data_ptr() + k * _nbytes(value)
 
     def put_rows(self, k: int, rows: dict) -> None:
         """Row k of the stacks `rows` names ({index: value})."""
@@ -197,7 +192,9 @@ def _for_loop(invoke, body, lo, hi, reverse, n_state, ys_layout, rows_in_place, 
     else 1 + 2 x a mask. The body takes the stacks and each trip's row offsets after its
     invariants, and its kernels write the rows there; the mask (bit k: row k) names
     those they write there on every trip but the first, which the driver does not fetch
-    from the body's results from the third trip on (it checks them on the second)."""
+    from the body's results from the third trip on: it checks them on the second, and
+    fetches them all where they were not there (a device on which ensure_zero_offset
+    copies the view, tvm_bridge/rows_in_place.py)."""
     n_state, rows_in_place = int(n_state), int(rows_in_place)
     state, invariants = list(values[:n_state]), list(values[n_state:])
     lo, hi = _scalar(lo), _scalar(hi)
@@ -223,8 +220,11 @@ def _for_loop(invoke, body, lo, hi, reverse, n_state, ys_layout, rows_in_place, 
             continue
         out = _items(results)
         state = out[:n_state]
+        if trip == 1 and not all(stacked.in_place(i - lo, k, out[n_state + k]) for k in in_place):
+            # a device whose views of the stacks are copies (no pointer arithmetic on the host): every row fetched
+            in_place, fetched = [], list(rows)
         if has_ys:
-            stacked.put(i - lo, out[n_state:-1], expect_in_place=in_place if trip == 1 else ())
+            stacked.put(i - lo, out[n_state:-1])
         counter = out[-1]
     ys = stacked.result(device, values) if has_ys else []
     # a state a kernel also wrote as a row lives in a stack: copied, so no result shares another's memory
