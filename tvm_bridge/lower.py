@@ -183,6 +183,7 @@ class Lowering:
                           [invoke, self.functions[id(body)], args[0], args[1],
                            relax.prim_value(int(bool(binding.attrs.get("reverse")))), relax.prim_value(n_state),
                            relax.expr.String(layout),
+                           # at rows_in_place.DRIVER_ROWS_ARGUMENT: the pass there adds which rows
                            relax.prim_value(int(id(body) in self.writing_rows_in_place)), *args[2:]],
                           ty_args=[relax.TupleType([_loose(v.type) for v in binding.outputs])])
         return self._unpack_typed(call, binding.outputs)

@@ -93,6 +93,9 @@ def write_rows_in_place(mod: tvm.IRModule, _context) -> tvm.IRModule:
 # many rows in the mask (an int64 argument).
 MAX_MASKED_ROWS = 62
 _FOR_LOOP = "egad.for_loop"
+# where `rows_in_place` is among the driver call's arguments (lower.py `_for`: invoke,
+# body, lo, hi, reverse, n_state, the rows' layout, rows_in_place, the values)
+DRIVER_ROWS_ARGUMENT = 7
 
 
 def _tell_the_drivers(func: relax.Function, in_place: dict) -> relax.Function | None:
@@ -109,7 +112,7 @@ def _tell_the_drivers(func: relax.Function, in_place: dict) -> relax.Function | 
                     and str(call.op.global_symbol) == _FOR_LOOP and isinstance(call.args[1], relax.GlobalVar)
                     and in_place.get(call.args[1].name_hint)):
                 args = list(call.args)
-                args[7] = relax.prim_value(1 + 2 * in_place[call.args[1].name_hint])  # (invoke, body, lo, hi, ...)
+                args[DRIVER_ROWS_ARGUMENT] = relax.prim_value(1 + 2 * in_place[call.args[1].name_hint])
                 binding = relax.VarBinding(binding.var, relax.Call(call.op, args, call.attrs, call.ty_args,
                                                                    call.span), binding.span)
                 changed = True

@@ -144,9 +144,8 @@ class _StackedRows:
                 ctypes.memmove(at, value.data_ptr(), size)
         else:
             for j, value in rows.items():
-                tensor, size = self.tensors[j], _nbytes(value)
-                if value.data_ptr() != tensor.data_ptr() + k * size:
-                    tensor._create_view(tuple(value.shape), value.dtype, k * size).copyfrom(value)
+                if not self.in_place(k, j, value):
+                    self.tensors[j]._create_view(tuple(value.shape), value.dtype, k * _nbytes(value)).copyfrom(value)
 
     def result(self, device, values) -> list:
         if self.tensors is None:  # zero rows: the shapes come from the layout (lower.py `_row_layout`)

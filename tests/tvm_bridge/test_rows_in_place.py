@@ -20,7 +20,7 @@ import egad.numpy as enp
 from egad.ir.types import TensorType
 from egad.tvm_bridge import build, runtime
 from egad.tvm_bridge.cache import BuildCache
-from egad.tvm_bridge.rows_in_place import can_write_in_place
+from egad.tvm_bridge.rows_in_place import DRIVER_ROWS_ARGUMENT, can_write_in_place
 from tests.tvm_bridge.kernels import pipeline_module, pipeline_prim_funcs
 
 T, B, H = 5, 4, 16  # a row of B x H float32 is 256 bytes: written in place
@@ -184,9 +184,9 @@ def driver_masks(fn, args) -> list[int]:
     """The rows each loop driver call of `fn`'s module is told its body writes in place
     (a mask, bit k: row k), from the call's `rows_in_place` argument (1 + 2 x mask)."""
     main = pipeline_module(egad.trace(fn, *args))["main"]
-    found = [binding.value.args[7] for block in main.body.blocks for binding in block.bindings
+    found = [binding.value.args[DRIVER_ROWS_ARGUMENT] for block in main.body.blocks for binding in block.bindings
              if isinstance(binding.value, relax.Call) and isinstance(binding.value.op, relax.ExternFunc)
-             and str(binding.value.op.global_symbol) == "egad.for_loop"]  # (invoke, body, lo, hi, reverse, ...)
+             and str(binding.value.op.global_symbol) == "egad.for_loop"]
     assert found, "no loop driver call found"
     return [(int(argument.value) - 1) // 2 for argument in found]
 
