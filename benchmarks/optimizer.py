@@ -25,10 +25,11 @@
   `rules=()` (`Optimized.profile`: each kernel, loop driver and VM builtin by self
   time, in main or the loop it ran in).
 
-Step times are medians of interleaved rounds (benchmarks/timing.py) of calls as a
-user makes them (numpy in, numpy out). Every optimized result is checked against
-`rules=()` before it is timed. Builds go through the memory cache only
-(EGAD_DISK_CACHE=0), so "optimize + build" is a real build.
+Step times are medians of interleaved rounds (benchmarks/timing.py: 21 for the lstm,
+gnmt and corpus sections, 7 elsewhere) of calls as a user makes them (numpy in, numpy
+out). Every optimized result is checked against `rules=()` before it is timed. Builds
+go through the memory cache only (EGAD_DISK_CACHE=0), so "optimize + build" is a real
+build.
 
     python -m benchmarks.optimizer                    # all sections
     python -m benchmarks.optimizer lstm ranking       # some of them
@@ -69,6 +70,10 @@ from .timing import median_seconds  # noqa: E402
 RESULTS = pathlib.Path(__file__).parent / "results"
 TARGETS = {"lstm": 1.5, "gnmt": 1.3, "corpus_slowdown": 1.05, "optimize_build_s": 5.0, "spearman": 0.8}
 ROUNDS = 7
+# the lstm and gnmt sections: a call takes 30-150 ms, so a round is one call a side, and on a
+# shared 2-core machine a few rounds of load on one side moved a median of 7 (1.02x printed once
+# for a build measured at 1.5-1.7x before and after in the same session)
+STEP_ROUNDS = 21
 CORPUS_ROUNDS = 21  # corpus calls take about a millisecond: more rounds for a steadier median
 
 
@@ -118,11 +123,11 @@ def gnmt_workload(config: str = "small") -> tuple:
 
 
 def lstm_section(T: int = 64, target: str = "llvm") -> list[dict]:
-    return [_side_by_side(*lstm_workload(T), TARGETS["lstm"], target=target)]
+    return [_side_by_side(*lstm_workload(T), TARGETS["lstm"], STEP_ROUNDS, target)]
 
 
 def gnmt_section(config: str = "small", target: str = "llvm") -> list[dict]:
-    return [_side_by_side(*gnmt_workload(config), TARGETS["gnmt"], target=target)]
+    return [_side_by_side(*gnmt_workload(config), TARGETS["gnmt"], STEP_ROUNDS, target)]
 
 
 EULER_STEPS, EULER_STATES = 1000, 16
@@ -350,7 +355,8 @@ def main(argv=None) -> int:
     previous = json.loads(out.read_text()) if out.exists() else {}
     previous.update(results)
     previous.update({"machine": platform.platform(), "processor": platform.processor(), "cpus": os.cpu_count(),
-                     "egad": egad.__version__, "rounds": ROUNDS, "targets": TARGETS})
+                     "egad": egad.__version__, "rounds": ROUNDS, "step rounds": STEP_ROUNDS,
+                     "corpus rounds": CORPUS_ROUNDS, "targets": TARGETS})
     out.write_text(json.dumps(previous, indent=2, default=str))
     print(f"wrote {out}")
     return 0
