@@ -66,7 +66,7 @@ from egad.pytree import flatten  # noqa: E402
 
 from . import gnmt_lite, lstm_lm  # noqa: E402
 from .closeness import largest_relative_error  # noqa: E402
-from .timing import median_seconds  # noqa: E402
+from .timing import interleaved_seconds, median_seconds  # noqa: E402
 
 RESULTS = pathlib.Path(__file__).parent / "results"
 TARGETS = {"lstm": 1.5, "gnmt": 1.3, "corpus_slowdown": 1.05, "optimize_build_s": 5.0, "spearman": 0.8}
@@ -108,21 +108,30 @@ def _side_by_side(name: str, program, wrt, args, target_ratio: float, rounds: in
     plain_seconds = time.perf_counter() - started
     error = _check_close(optimized_result, plain_result, name)
     calls = {"rules=()": lambda: plain(*args), "default": lambda: optimized(*args)}
-    times = median_seconds(calls, rounds)
+    per_round = interleaved_seconds(calls, rounds)
     (optimization,) = optimized.optimizations
     # nothing rewritten built (a fallback to the original, or an extraction with no rule's node):
     # the two builds do the same work, and a measured difference is the machine's noise
     same_program = optimization.fallback is not None or not optimization.chosen
     first_speed_up = None
-    if retime_below is not None and not same_program and times["rules=()"] / times["default"] < retime_below:
-        first_speed_up = times["rules=()"] / times["default"]
-        times = median_seconds(calls, RETIME_ROUNDS_FACTOR * rounds)
+    if retime_below is not None and not same_program and _speed_up(per_round) < retime_below:
+        first_speed_up = _speed_up(per_round)
+        per_round = interleaved_seconds(calls, RETIME_ROUNDS_FACTOR * rounds)
+    times = {side: statistics.median(seconds) for side, seconds in per_round.items()}
+    each_round = [plain_s / default_s for plain_s, default_s in zip(per_round["rules=()"], per_round["default"])]
     return {"workload": name, "rules=() ms": times["rules=()"] * 1e3, "default ms": times["default"] * 1e3,
-            "speed-up": times["rules=()"] / times["default"], "target": target_ratio,
-            "first speed-up": first_speed_up, "same program": same_program,
+            "speed-up": _speed_up(per_round), "target": target_ratio,
+            # the spread the median hides: each round's two sides ran one after the other
+            "round speed-up quartiles": statistics.quantiles(each_round, n=4) if len(each_round) > 1 else each_round * 3,
+            "rounds": len(each_round), "first speed-up": first_speed_up, "same program": same_program,
             "optimize+build s": optimize_seconds, "build only s": plain_seconds, "relative error": error,
             "fallback": optimization.fallback, "rules extracted": dict(optimization.chosen),
             "predicted speed-up": optimization.predicted_before.seconds / optimization.predicted_after.seconds}
+
+
+def _speed_up(per_round: dict) -> float:
+    """rules=()'s median time over the default's."""
+    return statistics.median(per_round["rules=()"]) / statistics.median(per_round["default"])
 
 
 def lstm_workload(T: int = 64) -> tuple:
@@ -357,6 +366,11 @@ def main(argv=None) -> int:
             print(f"  median of {SATURATION_REPEATS}; egad.optimize stops at {result[0]['optimize limit s']} s")
         else:
             _print_rows(result)
+            if name in ("lstm", "gnmt"):
+                for row in result:
+                    low, middle, high = row["round speed-up quartiles"]
+                    print(f"  {row['workload']}: the speed-up of each round (one call a side), quartiles "
+                          f"{low:.2f}x / {middle:.2f}x / {high:.2f}x over {row['rounds']} rounds")
             if name == "unroll":
                 for row in result:
                     print(f"  {row['workload']}: {row['speed-up over no unroll']:.2f}x faster than the default "

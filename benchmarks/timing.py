@@ -1,4 +1,4 @@
-"""Timing helpers shared by the benchmarks: medians of interleaved rounds."""
+"""Timing helpers shared by the benchmarks: interleaved rounds and their medians."""
 from __future__ import annotations
 
 import statistics
@@ -8,6 +8,12 @@ import time
 def median_seconds(calls: dict, rounds: int = 7) -> dict:
     """Median seconds per call of each callable, the sides interleaved round by round
     so that load from other processes falls on both."""
+    return {name: statistics.median(times) for name, times in interleaved_seconds(calls, rounds).items()}
+
+
+def interleaved_seconds(calls: dict, rounds: int = 7) -> dict:
+    """Seconds per call of each callable in each round ({name: [one per round]}), the
+    sides interleaved round by round: round k of one side ran beside round k of the others."""
     for call in calls.values():
         call()  # warm-up
     per_call = {name: [] for name in calls}
@@ -18,7 +24,7 @@ def median_seconds(calls: dict, rounds: int = 7) -> dict:
             for _ in range(batch):
                 call()
             per_call[name].append((time.perf_counter() - start) / batch)
-    return {name: statistics.median(times) for name, times in per_call.items()}
+    return per_call
 
 
 def batch_size(call, seconds: float = 0.05) -> int:

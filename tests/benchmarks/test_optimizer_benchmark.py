@@ -20,14 +20,14 @@ def _corpus_program(name: str):
 
 @pytest.fixture
 def rounds_timed(monkeypatch):
-    """The rounds of every median_seconds call the benchmark makes (the real timing runs)."""
+    """The rounds of every interleaved timing the benchmark makes (the real timing runs)."""
     rounds = []
 
     def recording(calls, count):
         rounds.append(count)
-        return timing.median_seconds(calls, count)
+        return timing.interleaved_seconds(calls, count)
 
-    monkeypatch.setattr(bench, "median_seconds", recording)
+    monkeypatch.setattr(bench, "interleaved_seconds", recording)
     return rounds
 
 
@@ -39,6 +39,9 @@ def test_a_rewritten_program_measured_slower_is_timed_again_over_more_rounds(rou
     assert rounds_timed == [3, 3 * bench.RETIME_ROUNDS_FACTOR]
     assert row["first speed-up"] is not None and row["first speed-up"] > 0
     assert row["speed-up"] == pytest.approx(row["rules=() ms"] / row["default ms"])
+    assert row["rounds"] == 3 * bench.RETIME_ROUNDS_FACTOR
+    low, middle, high = row["round speed-up quartiles"]
+    assert 0 < low <= middle <= high
 
 
 def test_a_program_measured_fast_enough_is_timed_once(rounds_timed):
