@@ -113,25 +113,27 @@ def _side_by_side(name: str, program, wrt, args, target_ratio: float, rounds: in
     # nothing rewritten built (a fallback to the original, or an extraction with no rule's node):
     # the two builds do the same work, and a measured difference is the machine's noise
     same_program = optimization.fallback is not None or not optimization.chosen
+    times = _medians(per_round)
     first_speed_up = None
-    if retime_below is not None and not same_program and _speed_up(per_round) < retime_below:
-        first_speed_up = _speed_up(per_round)
+    if retime_below is not None and not same_program and times["rules=()"] / times["default"] < retime_below:
+        first_speed_up = times["rules=()"] / times["default"]
         per_round = interleaved_seconds(calls, RETIME_ROUNDS_FACTOR * rounds)
-    times = {side: statistics.median(seconds) for side, seconds in per_round.items()}
+        times = _medians(per_round)
     each_round = [plain_s / default_s for plain_s, default_s in zip(per_round["rules=()"], per_round["default"])]
+    quartiles = statistics.quantiles(each_round, n=4) if len(each_round) > 1 else each_round * 3
     return {"workload": name, "rules=() ms": times["rules=()"] * 1e3, "default ms": times["default"] * 1e3,
-            "speed-up": _speed_up(per_round), "target": target_ratio,
+            "speed-up": times["rules=()"] / times["default"], "target": target_ratio,
             # the spread the median hides: each round's two sides ran one after the other
-            "round speed-up quartiles": statistics.quantiles(each_round, n=4) if len(each_round) > 1 else each_round * 3,
+            "round speed-up quartiles": quartiles,
             "rounds": len(each_round), "first speed-up": first_speed_up, "same program": same_program,
             "optimize+build s": optimize_seconds, "build only s": plain_seconds, "relative error": error,
             "fallback": optimization.fallback, "rules extracted": dict(optimization.chosen),
             "predicted speed-up": optimization.predicted_before.seconds / optimization.predicted_after.seconds}
 
 
-def _speed_up(per_round: dict) -> float:
-    """rules=()'s median time over the default's."""
-    return statistics.median(per_round["rules=()"]) / statistics.median(per_round["default"])
+def _medians(per_round: dict) -> dict:
+    """Each side's median over its rounds."""
+    return {side: statistics.median(seconds) for side, seconds in per_round.items()}
 
 
 def lstm_workload(T: int = 64) -> tuple:
@@ -186,19 +188,24 @@ def unroll_section() -> list[dict]:
     return rows
 
 
-def corpus_section() -> list[dict]:
+def corpus_workload(program) -> tuple:
+    """(name, traced loss, wrt, arguments) of a corpus program (tests/programs) in the
+    corpus section: its first output's scalar loss, on float64 arguments."""
     from tests.ad.gradcheck import scalar_loss, to_float64
+
+    args = to_float64(program.make_args(np.random.default_rng(1)))
+    traced = egad.trace(scalar_loss(program.fn, 0), *args, static_argnums=program.static_argnums)
+    return program.name, traced, program.differentiable_argnums, args
+
+
+def corpus_section() -> list[dict]:
     from tests.programs import all_programs
 
-    rows = []
+    rows, slowest = [], 1 / TARGETS["corpus_slowdown"]
     for program in all_programs():
         if not program.differentiable_argnums:
             continue
-        args = to_float64(program.make_args(np.random.default_rng(1)))
-        traced = egad.trace(scalar_loss(program.fn, 0), *args, static_argnums=program.static_argnums)
-        slowest = 1 / TARGETS["corpus_slowdown"]
-        row = _side_by_side(program.name, traced, program.differentiable_argnums, args, slowest, CORPUS_ROUNDS,
-                            retime_below=slowest)
+        row = _side_by_side(*corpus_workload(program), slowest, CORPUS_ROUNDS, retime_below=slowest)
         rows.append(row)
         retimed = "" if row["first speed-up"] is None else (
             f" (first {row['first speed-up']:.2f}x, timed again over {RETIME_ROUNDS_FACTOR * CORPUS_ROUNDS} rounds)")

@@ -1,21 +1,15 @@
 """benchmarks/optimizer.py's side-by-side timing: a rewritten program measured slower than
 the corpus target is timed again over more rounds before it counts; a program with
 nothing rewritten (the same work on both sides) never is."""
-import numpy as np
 import pytest
 
-import egad
 from benchmarks import optimizer as bench
 from benchmarks import timing
-from tests.ad.gradcheck import scalar_loss, to_float64
 from tests.programs import all_programs
 
 
-def _corpus_program(name: str):
-    program = next(p for p in all_programs() if p.name == name)
-    args = to_float64(program.make_args(np.random.default_rng(1)))
-    traced = egad.trace(scalar_loss(program.fn, 0), *args, static_argnums=program.static_argnums)
-    return traced, program.differentiable_argnums, args
+def _corpus_workload(name: str) -> tuple:
+    return bench.corpus_workload(next(p for p in all_programs() if p.name == name))
 
 
 @pytest.fixture
@@ -34,9 +28,8 @@ def rounds_timed(monkeypatch):
 # weak_init_f32: its rewrite (unrolled, ~5x faster) is always built, never a measured fallback,
 # which would make it "the same program" on a noisy machine
 def test_a_rewritten_program_measured_slower_is_timed_again_over_more_rounds(rounds_timed):
-    traced, wrt, args = _corpus_program("weak_init_f32")
     # a threshold no measurement reaches, so that the first measurement always counts as slower
-    row = bench._side_by_side("weak_init_f32", traced, wrt, args, 0.95, 3, retime_below=1e9)
+    row = bench._side_by_side(*_corpus_workload("weak_init_f32"), 0.95, 3, retime_below=1e9)
     assert not row["same program"]
     assert rounds_timed == [3, 3 * bench.RETIME_ROUNDS_FACTOR]
     assert row["first speed-up"] is not None and row["first speed-up"] > 0
@@ -47,15 +40,13 @@ def test_a_rewritten_program_measured_slower_is_timed_again_over_more_rounds(rou
 
 
 def test_a_program_measured_fast_enough_is_timed_once(rounds_timed):
-    traced, wrt, args = _corpus_program("weak_init_f32")
-    row = bench._side_by_side("weak_init_f32", traced, wrt, args, 0.95, 3, retime_below=0.0)
+    row = bench._side_by_side(*_corpus_workload("weak_init_f32"), 0.95, 3, retime_below=0.0)
     assert rounds_timed == [3]
     assert row["first speed-up"] is None
 
 
 def test_a_program_with_nothing_rewritten_is_never_timed_again(rounds_timed):
-    traced, wrt, args = _corpus_program("newton_sqrt")
-    row = bench._side_by_side("newton_sqrt", traced, wrt, args, 0.95, 3, retime_below=1e9)
+    row = bench._side_by_side(*_corpus_workload("newton_sqrt"), 0.95, 3, retime_below=1e9)
     assert row["same program"]
     assert rounds_timed == [3]
     assert row["first speed-up"] is None
